@@ -1,0 +1,1 @@
+"""Built-in channel plugins: each registers through the ``cloudybot`` entry-point group."""

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Self-installing entry point: needs only Python 3.11+ on the machine.
+
+    python3 dev.py serve [cloudybot serve options]   # install into .venv, run the gateway
+    python3 dev.py test  [pytest options]            # install with test extras, ruff, pytest
+
+The virtual environment lives in ``.venv`` and is reinstalled only when ``pyproject.toml``
+changes (a stamp file records the hash it was installed from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / "python"
+
+
+def _install(extras: str) -> None:
+    """Create .venv and install the project (editable) unless already current."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    stamp = VENV / f".installed-{extras or 'base'}-{digest}"
+    if stamp.exists():
+        return
+    if not PYTHON.exists():
+        print("dev.py: creating .venv", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    target = f".[{extras}]" if extras else "."
+    print(f"dev.py: installing {target} into .venv", flush=True)
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-e", target],
+        cwd=ROOT, check=True,
+    )
+    for old in VENV.glob(f".installed-{extras or 'base'}-*"):
+        old.unlink()
+    stamp.touch()
+
+
+def _run(argv: list[str]) -> int:
+    return subprocess.run(argv, cwd=ROOT).returncode
+
+
+def main(args: list[str]) -> int:
+    if sys.version_info < (3, 11):
+        print("dev.py: Python 3.11 or newer is required", file=sys.stderr)
+        return 2
+    command, rest = (args[0], args[1:]) if args else ("", [])
+    if command == "serve":
+        _install("")
+        return _run([str(BIN / "cloudybot"), "serve", *rest])
+    if command == "test":
+        _install("test")
+        for extra in sorted((ROOT / "examples").glob("*/pyproject.toml")):
+            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "-e",
+                            str(extra.parent)], cwd=ROOT, check=True)
+        lint = _run([str(BIN / "ruff"), "check", "gateway", "channels", "plugins", "tests"])
+        tests = _run([str(PYTHON), "-m", "pytest", *rest])
+        return lint or tests
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,29 @@
+"""The HTTP API of SPEC §7 (served by the dashboard channel)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from . import account, chat, memory, threads
+
+
+def api_routes() -> list[web.RouteDef]:
+    """Every ``/chat`` and ``/api/*`` route; all need a bearer token."""
+    return [
+        web.post("/chat", chat.post_chat),
+        web.get("/api/user/memory", memory.get_memory),
+        web.put("/api/user/memory", memory.put_memory),
+        web.delete("/api/user/memory", memory.delete_memory),
+        web.get("/api/user/credits", account.get_credits),
+        web.get("/api/user/browser-credentials", account.list_credentials),
+        web.put("/api/user/browser-credentials", account.put_credential),
+        web.delete("/api/user/browser-credentials", account.delete_credential),
+        web.get("/api/threads", threads.list_threads),
+        web.get("/api/threads/{thread_id}", threads.get_thread),
+        web.post("/api/threads/{thread_id}/clear", threads.clear_thread),
+        web.delete("/api/threads/{thread_id}", threads.delete_thread),
+        web.get("/api/specialists", account.list_specialists),
+        web.get("/api/specialists/{name}", account.get_specialist),
+        web.put("/api/specialists/{name}", account.put_specialist),
+        web.delete("/api/specialists/{name}", account.delete_specialist),
+    ]

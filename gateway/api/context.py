@@ -1,0 +1,44 @@
+"""Helpers every handler uses: who is calling, and which thread they mean."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..errors import BadRequest
+from ..gateway import Gateway
+from ..store import ThreadRef, User
+from .keys import gateway_key, user_key
+
+
+def caller(request: web.Request) -> tuple[Gateway, User]:
+    """The gateway and the authenticated account."""
+    return request.app[gateway_key], request[user_key]
+
+
+async def thread_from_query(request: web.Request) -> ThreadRef:
+    """The thread named by ``?threadId=``."""
+    gateway, user = caller(request)
+    if "threadId" not in request.query:
+        raise BadRequest("the threadId query parameter is required", code="invalid_thread_id")
+    return await gateway.resolve_thread(user.user_id, request.query["threadId"])
+
+
+async def thread_from_path(request: web.Request) -> ThreadRef:
+    """The thread named by ``/api/threads/{threadId}``."""
+    gateway, user = caller(request)
+    return await gateway.resolve_thread(user.user_id, request.match_info["thread_id"])
+
+
+def int_param(request: web.Request, name: str, default: int | None, *, low: int,
+              high: int) -> int | None:
+    """An optional integer query parameter within [low, high]; 400 otherwise."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", code=f"invalid_{name}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", code=f"invalid_{name}")
+    return value

@@ -1,0 +1,11 @@
+"""Typed keys for application and request state."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..gateway import Gateway
+from ..store import User
+
+gateway_key = web.AppKey("gateway", Gateway)
+user_key = web.RequestKey("user", User)

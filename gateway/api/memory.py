@@ -1,0 +1,42 @@
+"""``/api/user/memory``: a thread's pinned keys."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .. import validation
+from ..store import ThreadRef
+from .context import caller, thread_from_query
+from .middleware import read_json_object
+
+
+def _memory(ref: ThreadRef, memory: dict[str, str]) -> web.Response:
+    return web.json_response({"threadId": ref.thread_id, "memory": memory})
+
+
+async def get_memory(request: web.Request) -> web.Response:
+    """All pinned keys of the thread (``{}`` for a thread not used yet)."""
+    gateway, _ = caller(request)
+    ref = await thread_from_query(request)
+    return _memory(ref, await gateway.store.get_pinned(ref.session_key))
+
+
+async def put_memory(request: web.Request) -> web.Response:
+    """Set one pinned key; answer with the whole memory."""
+    gateway, _ = caller(request)
+    ref = await thread_from_query(request)
+    body = await read_json_object(request)
+    key = validation.memory_key(body.get("key"))
+    value = validation.memory_value(body.get("value"))
+    memory = await gateway.store.put_pinned(ref, key, value, gateway.settings.max_pinned_keys)
+    return _memory(ref, memory)
+
+
+async def delete_memory(request: web.Request) -> web.Response:
+    """Delete one pinned key, or all of the thread's keys when no ``key`` is given."""
+    gateway, _ = caller(request)
+    ref = await thread_from_query(request)
+    key = request.query.get("key")
+    if key is not None:
+        validation.memory_key(key)
+    return _memory(ref, await gateway.store.delete_pinned(ref.session_key, key))

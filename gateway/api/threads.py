@@ -1,0 +1,58 @@
+"""``/api/threads``: list, read (with display-transcript paging), clear and delete."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..store import Thread
+from .context import caller, int_param, thread_from_path
+
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+def _summary(thread: Thread) -> dict[str, object]:
+    return {"threadId": thread.ref.thread_id, "channel": thread.ref.channel,
+            "sessionKey": thread.ref.session_key, "createdAt": thread.created_at,
+            "updatedAt": thread.updated_at}
+
+
+async def list_threads(request: web.Request) -> web.Response:
+    """The caller's threads, most recently updated first."""
+    gateway, user = caller(request)
+    threads = await gateway.store.list_threads(user.user_id)
+    return web.json_response({"threads": [_summary(t) for t in threads]})
+
+
+async def get_thread(request: web.Request) -> web.Response:
+    """Summary, rolling messages and a page of the display transcript (``?limit=&before=``)."""
+    gateway, _ = caller(request)
+    ref = await thread_from_path(request)
+    limit = int_param(request, "limit", DEFAULT_PAGE, low=1, high=MAX_PAGE)
+    before = int_param(request, "before", None, low=1, high=2**62)
+    assert limit is not None
+    thread, messages, page = await gateway.thread_page(ref, limit, before)
+    return web.json_response({
+        **_summary(thread),
+        "summary": thread.summary,
+        "messages": [{"role": m.role, "content": m.content} for m in messages],
+        "display_messages": [{"id": m.id, "role": m.role, "content": m.content,
+                              "createdAt": m.created_at} for m in page.messages],
+        "nextBefore": page.next_before,
+    })
+
+
+async def clear_thread(request: web.Request) -> web.Response:
+    """Empty summary and messages; pinned keys and the display transcript stay."""
+    gateway, _ = caller(request)
+    ref = await thread_from_path(request)
+    await gateway.clear_thread(ref)
+    return web.json_response({"threadId": ref.thread_id, "cleared": True})
+
+
+async def delete_thread(request: web.Request) -> web.Response:
+    """Delete the conversation, its display transcript and its pinned keys."""
+    gateway, _ = caller(request)
+    ref = await thread_from_path(request)
+    await gateway.delete_thread(ref)
+    return web.Response(status=204)

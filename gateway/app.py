@@ -1,0 +1,38 @@
+"""The aiohttp application: middlewares, /healthz, channel routes, gateway lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from .api.keys import gateway_key
+from .api.middleware import auth_middleware, errors_middleware
+from .gateway import Gateway
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: no auth, no store access."""
+    return web.json_response({"status": "ok"})
+
+
+async def _gateway_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    gateway = app[gateway_key]
+    await gateway.start()
+    yield
+    await gateway.stop()
+
+
+async def build_app(gateway: Gateway) -> web.Application:
+    """The server for ``gateway``: each loaded channel contributes its routes."""
+    await gateway.load_plugins()
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware],
+        client_max_size=gateway.settings.max_request_bytes,
+    )
+    app[gateway_key] = gateway
+    app.router.add_get("/healthz", healthz)
+    for channel in gateway.channels.values():
+        app.router.add_routes(channel.routes())
+    app.cleanup_ctx.append(_gateway_lifecycle)
+    return app

@@ -1,0 +1,143 @@
+"""The ``cloudybot`` command: serve, users add|grant|token, plugins."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from aiohttp import web
+
+from .app import build_app
+from .config import Settings, load_settings
+from .errors import ConfigError, GatewayError
+from .gateway import Gateway
+from .plugins import describe_plugins, make_plugin_manager
+from .store.sqlite import SQLiteStore
+
+T = TypeVar("T")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
+    return load_settings(Path(path) if path else None)
+
+
+def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -> T:
+    """Run ``work`` against the store only: no provider, no channels."""
+    async def run() -> T:
+        gateway = Gateway(settings, make_plugin_manager(load_entry_points=False),
+                          store=SQLiteStore(settings.database_path))
+        await gateway.store.open()
+        try:
+            return await work(gateway)
+        finally:
+            await gateway.store.close()
+    return asyncio.run(run())
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the gateway until interrupted."""
+    settings = _settings(args)
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    gateway = Gateway(settings)
+    print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}, "
+          f"data: {settings.data_dir})", flush=True)
+    web.run_app(build_app(gateway), host=host, port=port, print=None)
+    return 0
+
+
+def cmd_users_add(args: argparse.Namespace) -> int:
+    """Create an account; its API token is the last line printed."""
+    user, token = _with_gateway(
+        _settings(args), lambda gw: gw.add_user(args.user_id, args.plan, args.credits))
+    print(f"created user {user.user_id} on plan {user.plan} with {user.credits} credits")
+    print("API token (shown once; send it as 'Authorization: Bearer <token>'):")
+    print(token)
+    return 0
+
+
+def cmd_users_grant(args: argparse.Namespace) -> int:
+    """Add credits to an account."""
+    if args.credits <= 0:
+        raise GatewayError("credits to grant must be a positive whole number")
+    user = _with_gateway(_settings(args),
+                         lambda gw: gw.store.grant_credits(args.user_id, args.credits))
+    print(f"granted {args.credits} credits to {user.user_id}; balance {user.credits}")
+    return 0
+
+
+def cmd_users_token(args: argparse.Namespace) -> int:
+    """Issue a new API token (earlier ones stop working); printed as the last line."""
+    token = _with_gateway(_settings(args), lambda gw: gw.issue_token(args.user_id))
+    print(f"new API token for {args.user_id} (earlier tokens no longer work):")
+    print(token)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List loaded plugins, built-in and third-party, with the hooks they implement."""
+    for info in describe_plugins(make_plugin_manager()):
+        print(f"{info.name:<16} {info.distribution:<24} {info.module}")
+        print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE",
+                        help="TOML configuration (default: $CLOUDYBOT_CONFIG or built-ins)")
+    parser = argparse.ArgumentParser(prog="cloudybot", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", parents=[common], help="run the gateway")
+    serve.add_argument("--host", help="listen address (overrides CLOUDYBOT_HOST)")
+    serve.add_argument("--port", type=int, help="listen port (overrides CLOUDYBOT_PORT)")
+    serve.set_defaults(handler=cmd_serve)
+
+    users = commands.add_parser("users", help="manage accounts").add_subparsers(
+        dest="users_command", required=True)
+    add = users.add_parser("add", parents=[common], help="create an account")
+    add.add_argument("user_id")
+    add.add_argument("--plan", help="plan name (default: the configured default plan)")
+    add.add_argument("--credits", type=int, help="opening balance instead of the plan's grant")
+    add.set_defaults(handler=cmd_users_add)
+    grant = users.add_parser("grant", parents=[common], help="add credits to an account")
+    grant.add_argument("user_id")
+    grant.add_argument("credits", type=int)
+    grant.set_defaults(handler=cmd_users_grant)
+    token = users.add_parser("token", parents=[common], help="issue a new API token")
+    token.add_argument("user_id")
+    token.set_defaults(handler=cmd_users_token)
+
+    plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
+    plugins.set_defaults(handler=cmd_plugins)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cloudybot`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(f"cloudybot: config error: {exc.message}", file=sys.stderr)
+        return 2
+    except GatewayError as exc:
+        print(f"cloudybot: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""Configuration: documented defaults, an optional TOML file, and environment variables on top.
+
+Every option is declared once in ``OPTIONS`` with its TOML place, its environment variable, its
+default and its check; ``config/cloudybot.toml`` documents the same list (a test keeps the two in
+step). A bad value raises :class:`ConfigError` with one line that names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_CONFIG_FILE = Path("config/cloudybot.toml")
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_SYSTEM_PROMPT = "You are CloudyBot, a helpful assistant. Answer clearly and concisely."
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an account on a plan gets each month, and its limits."""
+
+    name: str
+    credits: int
+    browser_minutes: int
+    retention_days: int
+    requests_per_minute: int
+
+
+@dataclass(frozen=True)
+class Price:
+    """AI credits charged per 1,000 prompt and completion tokens of one model."""
+
+    prompt: float
+    completion: float
+
+
+DEFAULT_PLANS = {
+    "free": Plan("free", credits=1000, browser_minutes=30, retention_days=30,
+                 requests_per_minute=20),
+    "pro": Plan("pro", credits=20000, browser_minutes=600, retention_days=365,
+                requests_per_minute=120),
+    "team": Plan("team", credits=100000, browser_minutes=3000, retention_days=730,
+                 requests_per_minute=0),
+}
+DEFAULT_PRICES = {
+    "default": Price(prompt=1.0, completion=3.0),
+    "offline": Price(prompt=0.0, completion=0.0),
+}
+
+
+def _number(raw: Any, kind: type[int] | type[float], rule: str) -> int | float:
+    """``raw`` as an int or float; ValueError naming ``rule`` if it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ValueError(rule)
+    try:
+        value = kind(raw.strip()) if isinstance(raw, str) else kind(raw)
+    except (ValueError, OverflowError):
+        raise ValueError(rule) from None
+    if isinstance(raw, float) and kind is int and raw != value:
+        raise ValueError(rule)
+    return value
+
+
+def _positive_int(raw: Any) -> int:
+    rule = "must be a positive integer"
+    value = int(_number(raw, int, rule))
+    if value <= 0:
+        raise ValueError(rule)
+    return value
+
+
+def _count(raw: Any) -> int:
+    rule = "must be a whole number >= 0"
+    value = int(_number(raw, int, rule))
+    if value < 0:
+        raise ValueError(rule)
+    return value
+
+
+def _port(raw: Any) -> int:
+    rule = "must be a port number (0-65535)"
+    value = int(_number(raw, int, rule))
+    if not 0 <= value <= 65535:
+        raise ValueError(rule)
+    return value
+
+
+def _positive_float(raw: Any) -> float:
+    rule = "must be a positive number"
+    value = float(_number(raw, float, rule))
+    if not 0 < value < float("inf"):
+        raise ValueError(rule)
+    return value
+
+
+def _flag(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("must be true or false")
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise ValueError("must be a string")
+    return str(raw)
+
+
+def _name(raw: Any) -> str:
+    text = _text(raw).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: where it lives in TOML, its environment variable, default and check."""
+
+    attr: str
+    section: str
+    key: str
+    env: str
+    default: Any
+    parse: Callable[[Any], Any]
+    doc: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("data_dir", "storage", "data_dir", "CLOUDYBOT_DATA_DIR", "./data", _name,
+           "SQLite database, sessions/ and the generated secret key"),
+    Option("secret_key", "storage", "secret_key", "CLOUDYBOT_SECRET_KEY", "", _text,
+           "key for secrets at rest; generated into the data dir (mode 0600) if empty"),
+    Option("host", "server", "host", "CLOUDYBOT_HOST", "127.0.0.1", _name, "listen address"),
+    Option("port", "server", "port", "CLOUDYBOT_PORT", 8080, _port, "listen port"),
+    Option("max_request_bytes", "server", "max_request_bytes", "CLOUDYBOT_MAX_REQUEST_BYTES",
+           1_048_576, _positive_int, "largest accepted request body (413 above)"),
+    Option("max_context", "memory", "max_context", "MAX_CONTEXT", 8000, _positive_int,
+           "token budget of the whole prompt"),
+    Option("summarize_at", "memory", "summarize_at", "SUMMARIZE_AT", 10, _positive_int,
+           "summarize when this many recent messages are stored"),
+    Option("keep_recent", "memory", "keep_recent", "KEEP_RECENT", 5, _positive_int,
+           "recent messages kept verbatim after summarizing"),
+    Option("tokenizer_encoding", "memory", "tokenizer_encoding",
+           "CLOUDYBOT_TOKENIZER_ENCODING", "cl100k_base", _name,
+           "tiktoken encoding used to count prompt tokens"),
+    Option("max_message_chars", "memory", "max_message_chars", "CLOUDYBOT_MAX_MESSAGE_CHARS",
+           32_000, _positive_int, "longest accepted user message"),
+    Option("max_pinned_keys", "memory", "max_pinned_keys", "CLOUDYBOT_MAX_PINNED_KEYS", 100,
+           _positive_int, "most pinned keys a thread may hold"),
+    Option("session_idle_minutes", "sessions", "idle_minutes", "SESSION_IDLE_MINUTES", 30.0,
+           _positive_float, "rotate a session idle longer than this (fractions allowed)"),
+    Option("session_max_file_bytes", "sessions", "max_file_bytes", "SESSION_MAX_FILE_BYTES",
+           204_800, _positive_int, "rotate a session file larger than this"),
+    Option("llm_provider", "llm", "provider", "CLOUDYBOT_LLM_PROVIDER", "", _text,
+           "provider plugin; empty: openai if a base URL or OPENAI_API_KEY is set, else offline"),
+    Option("llm_base_url", "llm", "base_url", "CLOUDYBOT_LLM_BASE_URL", "", _text,
+           "OpenAI-compatible endpoint; requests go to {base_url}/chat/completions"),
+    Option("llm_api_key", "llm", "api_key", "CLOUDYBOT_LLM_API_KEY", "", _text,
+           "API key; empty: $OPENAI_API_KEY (set it in the environment, not in this file)"),
+    Option("llm_model", "llm", "model", "CLOUDYBOT_LLM_MODEL", "gpt-4o-mini", _name,
+           "model name sent to the provider"),
+    Option("llm_timeout_seconds", "llm", "timeout_seconds", "CLOUDYBOT_LLM_TIMEOUT_SECONDS",
+           60.0, _positive_float, "one provider request may take this long (504 after)"),
+    Option("llm_max_retries", "llm", "max_retries", "CLOUDYBOT_LLM_MAX_RETRIES", 2,
+           _count, "retries on 429/5xx, with backoff"),
+    Option("llm_max_tokens", "llm", "max_tokens", "CLOUDYBOT_LLM_MAX_TOKENS", 1024,
+           _positive_int, "longest reply asked of the model"),
+    Option("system_prompt", "llm", "system_prompt", "CLOUDYBOT_SYSTEM_PROMPT",
+           DEFAULT_SYSTEM_PROMPT, _name,
+           "base system instructions (section 1 of every prompt)"),
+    Option("auto_provision", "accounts", "auto_provision", "CLOUDYBOT_AUTO_PROVISION", True,
+           _flag, "create unknown channel senders on the default plan"),
+    Option("default_plan", "accounts", "default_plan", "CLOUDYBOT_DEFAULT_PLAN", "free", _name,
+           "plan of new accounts"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The gateway's whole configuration, validated."""
+
+    data_dir: Path = Path("./data")
+    secret_key: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_request_bytes: int = 1_048_576
+    max_context: int = 8000
+    summarize_at: int = 10
+    keep_recent: int = 5
+    tokenizer_encoding: str = "cl100k_base"
+    max_message_chars: int = 32_000
+    max_pinned_keys: int = 100
+    session_idle_minutes: float = 30.0
+    session_max_file_bytes: int = 204_800
+    llm_provider: str = "offline"
+    llm_base_url: str = OPENAI_BASE_URL
+    llm_api_key: str = ""
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_seconds: float = 60.0
+    llm_max_retries: int = 2
+    llm_max_tokens: int = 1024
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    auto_provision: bool = True
+    default_plan: str = "free"
+    plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
+    prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    def price_for(self, *models: str) -> Price:
+        """The price of the first of ``models`` that has one, else the ``default`` price."""
+        for model in models:
+            if model in self.prices:
+                return self.prices[model]
+        return self.prices["default"]
+
+    @property
+    def database_path(self) -> Path:
+        """Where the SQLite database lives."""
+        return self.data_dir / "cloudybot.sqlite3"
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where the JSONL session files live."""
+        return self.data_dir / "sessions"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _parse(option: Option, raw: Any, origin: str) -> Any:
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{origin} {exc}, got {raw!r}") from None
+
+
+def _plans(table: Mapping[str, Any]) -> dict[str, Plan]:
+    plans = dict(DEFAULT_PLANS)
+    for name, spec in table.items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"[plans.{name}] must be a table")
+        base = plans.get(name, Plan(name, 0, 0, 30, 0))
+        values = {}
+        for attr in ("credits", "browser_minutes", "retention_days", "requests_per_minute"):
+            raw = spec.get(attr, getattr(base, attr))
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise ConfigError(f"[plans.{name}] {attr} must be a whole number >= 0, got {raw!r}")
+            values[attr] = raw
+        plans[name] = Plan(name, **values)
+    return plans
+
+
+def _prices(table: Mapping[str, Any]) -> dict[str, Price]:
+    prices = dict(DEFAULT_PRICES)
+    for model, spec in table.items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"[prices.{model!r}] must be a table")
+        values = {}
+        for attr in ("prompt", "completion"):
+            raw = spec.get(attr, 0)
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+                raise ConfigError(f"[prices.{model!r}] {attr} must be a number >= 0, got {raw!r}")
+            values[attr] = float(raw)
+        prices[model] = Price(**values)
+    return prices
+
+
+def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from defaults, then ``path`` (TOML), then ``env`` (defaults to os.environ)."""
+    env = os.environ if env is None else env
+    document = _read_toml(path) if path is not None else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw, origin = option.default, option.env
+        table = document.get(option.section, {})
+        if isinstance(table, Mapping) and option.key in table:
+            raw, origin = table[option.key], f"[{option.section}] {option.key} ({option.env})"
+        if env.get(option.env, "") != "":
+            raw, origin = env[option.env], option.env
+        values[option.attr] = _parse(option, raw, origin)
+
+    values["data_dir"] = Path(values["data_dir"]).expanduser()
+    values["llm_api_key"] = values["llm_api_key"] or env.get("OPENAI_API_KEY", "")
+    if not values["llm_provider"]:
+        uses_openai = values["llm_base_url"] or env.get("OPENAI_API_KEY")
+        values["llm_provider"] = "openai" if uses_openai else "offline"
+    values["llm_base_url"] = (values["llm_base_url"] or OPENAI_BASE_URL).rstrip("/")
+    values["plans"] = _plans(document.get("plans", {}))
+    values["prices"] = _prices(document.get("prices", {}))
+
+    if values["keep_recent"] >= values["summarize_at"]:
+        raise ConfigError(
+            f"KEEP_RECENT ({values['keep_recent']}) must be smaller than "
+            f"SUMMARIZE_AT ({values['summarize_at']})"
+        )
+    if values["default_plan"] not in values["plans"]:
+        raise ConfigError(f"CLOUDYBOT_DEFAULT_PLAN names no plan: {values['default_plan']!r}")
+    return Settings(**values)
+
+
+def settings_fields() -> list[str]:
+    """Names of every Settings attribute (used by the docs test)."""
+    return [f.name for f in fields(Settings)]

@@ -1,0 +1,88 @@
+"""The gateway's error hierarchy. HTTP status and error code live on the class, mapped once."""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(GatewayError):
+    """A configuration value is missing or invalid; start-up stops."""
+
+    code = "config_error"
+
+
+class BadRequest(GatewayError):
+    """The client sent input the gateway will not accept."""
+
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(GatewayError):
+    """No API token, or one that matches no account."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class PaymentRequired(GatewayError):
+    """The user has no AI credits left."""
+
+    status = 402
+    code = "out_of_credits"
+
+
+class NotFound(GatewayError):
+    """The thing does not exist, or belongs to someone else."""
+
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    """A request body, or a prompt that cannot be trimmed, is too large."""
+
+    status = 413
+    code = "too_large"
+
+
+class RateLimited(GatewayError):
+    """The user sent more requests than their plan allows."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderError(GatewayError):
+    """The LLM provider failed or answered with an error."""
+
+    status = 502
+    code = "provider_error"
+
+
+class ProviderTimeout(ProviderError):
+    """The LLM provider did not answer in time."""
+
+    status = 504
+    code = "provider_timeout"
+
+
+class PluginError(GatewayError):
+    """A plugin is missing, broken or misconfigured."""
+
+    code = "plugin_error"

@@ -1,0 +1,235 @@
+"""The Gateway: configuration, plugins, store and turn locks, and the operations channels use."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from . import agent, hooks, validation
+from .config import Settings
+from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized
+from .interfaces import Channel, Provider
+from .locks import KeyedLocks
+from .plugins import PluginManager, make_plugin_manager
+from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
+from .store import Store, Thread, ThreadPage, ThreadRef, User
+from .store.sqlite import SQLiteStore
+from .tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+DASHBOARD = "dashboard"
+
+
+def dashboard_session_key(user_id: str, thread_id: str) -> str:
+    """The session key of a dashboard / HTTP API thread."""
+    return f"{user_id}--{thread_id}"
+
+
+class Gateway:
+    """Owns the plugins, the store, the token counter and the turn locks.
+
+    Channels and the HTTP API call its methods; they never touch the store or pluggy directly.
+    """
+
+    def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
+                 store: Store | None = None) -> None:
+        self.settings = settings
+        self.pm = pm if pm is not None else make_plugin_manager()
+        self.store: Store = store if store is not None else SQLiteStore(settings.database_path)
+        self.locks = KeyedLocks()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._provider: Provider | None = None
+        self._providers: dict[str, Provider] | None = None
+        self.channels: dict[str, Channel] = {}
+        self.counter: TokenCounter
+        self.secret_box: SecretBox
+        self.started = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def load_plugins(self) -> None:
+        """Collect providers and channels from the plugins (once); no I/O happens here."""
+        if self._providers is not None:
+            return
+        providers: dict[str, Provider] = {}
+        for provider in await hooks.collect(self.pm.hook.register_providers, gateway=self):
+            if provider.name in providers:
+                raise PluginError(f"two providers are named {provider.name!r}")
+            providers[provider.name] = provider
+        for channel in await hooks.collect(self.pm.hook.register_channels, gateway=self):
+            if channel.name in self.channels:
+                raise PluginError(f"two channels are named {channel.name!r}")
+            self.channels[channel.name] = channel
+        self._providers = providers
+
+    async def start(self) -> None:
+        """Open the store, load the tokenizer, pick the provider, start the channels."""
+        await self.load_plugins()
+        assert self._providers is not None
+        wanted = self.settings.llm_provider
+        if wanted not in self._providers:
+            known = ", ".join(sorted(self._providers)) or "none"
+            raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "
+                              f"(loaded: {known})")
+        self.counter = TokenCounter.for_encoding(self.settings.tokenizer_encoding)
+        self.secret_box = SecretBox(load_or_create_key(self.settings.secret_key,
+                                                       self.settings.data_dir))
+        await self.store.open()
+        try:
+            self._provider = self._providers[wanted]
+            await self._provider.start()
+            for channel in self.channels.values():
+                await channel.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self.started = True
+
+    async def stop(self) -> None:
+        """Stop the channels, finish background work, close the provider and the store."""
+        for channel in self.channels.values():
+            try:
+                await channel.stop()
+            except Exception:
+                log.exception("channel %r failed to stop", channel.name)
+        await self.drain()
+        if self._provider is not None:
+            await self._provider.close()
+        await self.store.close()
+        self.started = False
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def provider(self) -> Provider:
+        """The LLM provider in use."""
+        if self._provider is None:
+            raise RuntimeError("the gateway has not started")
+        return self._provider
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run background work that ``drain()`` and ``stop()`` wait for."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def drain(self) -> None:
+        """Wait until all background work (summarizations) has finished."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # --- accounts -------------------------------------------------------------------------
+    async def authenticate(self, token: str) -> User:
+        """The account of an API token; raise Unauthorized."""
+        user = await self.store.user_for_token(hash_token(token)) if token else None
+        if user is None:
+            raise Unauthorized("missing or invalid API token")
+        return user
+
+    async def add_user(self, user_id: str, plan: str | None = None,
+                       credits: int | None = None) -> tuple[User, str]:
+        """Create an account on a plan and issue its first API token."""
+        validation.user_id(user_id)
+        plan_name = plan or self.settings.default_plan
+        chosen = self.settings.plans.get(plan_name)
+        if chosen is None:
+            raise BadRequest(f"no plan named {plan_name!r}", code="unknown_plan")
+        opening = chosen.credits if credits is None else credits
+        if opening < 0:
+            raise BadRequest("credits must be >= 0", code="invalid_credits")
+        user = await self.store.create_user(user_id, plan_name, opening, chosen.browser_minutes)
+        return user, await self.issue_token(user_id)
+
+    async def issue_token(self, user_id: str) -> str:
+        """A new API token for the account; earlier tokens stop working."""
+        token = new_api_token()
+        await self.store.replace_token(user_id, hash_token(token))
+        return token
+
+    # --- threads ----------------------------------------------------------------------------
+    def channel_prefix(self, thread_id: str) -> str | None:
+        """The loaded channel whose threads ``thread_id`` names (``telegram:42``), if any."""
+        prefix, sep, _ = thread_id.partition(":")
+        if sep and prefix in self.channels and self.channels[prefix].prefixed_keys:
+            return prefix
+        return None
+
+    async def resolve_thread(self, user_id: str, thread_id: object) -> ThreadRef:
+        """Map an API ``threadId`` to its thread; channel threads only for their owner (404)."""
+        thread_id = validation.thread_id(thread_id)
+        channel = self.channel_prefix(thread_id)
+        if channel is None:
+            return ThreadRef(user_id, thread_id, dashboard_session_key(user_id, thread_id),
+                             DASHBOARD)
+        thread = await self.store.get_thread(thread_id)
+        if thread is None or thread.ref.user_id != user_id:
+            raise NotFound(f"no thread {thread_id!r}", code="thread_not_found")
+        return thread.ref
+
+    async def existing_thread(self, ref: ThreadRef) -> Thread:
+        """The stored thread; 404 if the user has not used it."""
+        thread = await self.store.get_thread(ref.session_key)
+        if thread is None or thread.ref.user_id != ref.user_id:
+            raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+        return thread
+
+    async def thread_page(self, ref: ThreadRef, limit: int,
+                          before: int | None) -> tuple[Thread, list, ThreadPage]:
+        """A thread with its rolling memory and one page of its display transcript."""
+        thread = await self.existing_thread(ref)
+        _, messages = await self.store.rolling_memory(ref.session_key)
+        page = await self.store.display_page(ref.session_key, limit, before)
+        return thread, messages, page
+
+    async def clear_thread(self, ref: ThreadRef) -> None:
+        """Empty the summary and messages; pinned keys and the display transcript stay."""
+        lease = await self.locks.acquire(ref.session_key)
+        try:
+            await self.existing_thread(ref)
+            await self.store.clear_thread(ref.session_key)
+        finally:
+            lease.release()
+
+    async def delete_thread(self, ref: ThreadRef) -> None:
+        """Remove the conversation, its display transcript and its pinned keys."""
+        lease = await self.locks.acquire(ref.session_key)
+        try:
+            await self.existing_thread(ref)
+            await self.store.delete_thread(ref.session_key)
+        finally:
+            lease.release()
+
+    # --- chat ------------------------------------------------------------------------------
+    async def chat(self, user_id: str, ref: ThreadRef, message: str,
+                   specialist: str | None = None) -> agent.TurnResult:
+        """Run one turn on the thread, after any turn already running there."""
+        validation.text(message, "message", self.settings.max_message_chars)
+        if specialist is not None:
+            validation.name(specialist, "specialist")
+        lease = await self.locks.acquire(ref.session_key)
+        try:
+            result, pending = await agent.run_turn(self, user_id, ref, message, specialist)
+        except BaseException:
+            lease.release()
+            raise
+        if pending is None:
+            lease.release()
+        else:
+            self.spawn(self._summarize_then_release(pending, lease))
+        return result
+
+    async def _summarize_then_release(self, pending: agent.PendingSummary, lease: Any) -> None:
+        try:
+            await agent.summarize(self, pending)
+        except Exception:
+            log.exception("summarization of %s crashed", pending.ref.session_key)
+        finally:
+            lease.release()

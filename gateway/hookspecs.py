@@ -1,0 +1,69 @@
+"""Hook specifications of the ``cloudybot`` plugin project.
+
+Every hook receives keyword arguments; an implementation takes only the ones it names. Any
+implementation may be ``async def``: the gateway awaits every result it gets back, in one place
+(:mod:`gateway.hooks`). No hook is ``firstresult``: a coroutine is never None, so pluggy would stop
+at the first async implementation.
+
+``register_*`` hooks return lists that the gateway concatenates; ``*_completed`` hooks observe,
+and one failing observer never stops the others or the turn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+    from .interfaces import Channel, PromptSection, Provider, TurnContext
+
+PROJECT = "cloudybot"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- providers ---------------------------------------------------------------------------
+@hookspec
+def register_providers(gateway: Gateway) -> list[Provider]:
+    """Return the LLM providers this plugin offers.
+
+    :param gateway: the running gateway (read ``gateway.settings`` for configuration).
+    :return: provider instances; the gateway uses the one whose ``name`` equals
+        ``CLOUDYBOT_LLM_PROVIDER``. Two providers with one name are a start-up error.
+    """
+
+
+# --- channels ----------------------------------------------------------------------------
+@hookspec
+def register_channels(gateway: Gateway) -> list[Channel]:
+    """Return the channel adapters this plugin provides.
+
+    :param gateway: the running gateway; a channel hands inbound messages to ``gateway.chat``.
+    :return: channel instances; their routes are served and ``start``/``stop`` run with the
+        gateway. A channel that is not configured (no token) should return nothing.
+    """
+
+
+# --- prompt assembly ---------------------------------------------------------------------
+@hookspec
+def prompt_sections(gateway: Gateway, turn: TurnContext) -> list[PromptSection]:
+    """Return extra sections for this turn's system message.
+
+    :param gateway: the running gateway.
+    :param turn: who is talking, in which thread, and what they said.
+    :return: sections, each placed right after the built-in section its ``position`` names.
+        Their tokens count against ``MAX_CONTEXT`` like the rest of the system message.
+    """
+
+
+# --- observers ---------------------------------------------------------------------------
+@hookspec
+def turn_completed(gateway: Gateway, turn: TurnContext, reply: str) -> None:
+    """Observe a turn that was answered and stored.
+
+    :param gateway: the running gateway.
+    :param turn: the turn's context.
+    :param reply: the reply as stored (credentials redacted).
+    """

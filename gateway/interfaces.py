@@ -1,0 +1,105 @@
+"""What plugins implement and receive: providers, channels, prompt sections, turn context."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+# Where a plugin's prompt section goes: right after the named built-in section (SPEC §4 order).
+SECTION_POSITIONS = (
+    "after_instructions",
+    "after_pinned",
+    "after_specialist",
+    "after_summary",
+    "after_hints",
+)
+Position = Literal["after_instructions", "after_pinned", "after_specialist", "after_summary",
+                   "after_hints"]
+
+
+@dataclass(frozen=True)
+class PromptSection:
+    """Text a plugin adds to the system message, at a declared position."""
+
+    position: Position
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """Who is talking, where, and what they said: handed to prompt and turn hooks."""
+
+    user_id: str
+    thread_id: str
+    session_key: str
+    channel: str
+    message: str
+    specialist: str | None = None
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One call to an LLM: chat messages in OpenAI's format."""
+
+    messages: Sequence[dict[str, Any]]
+    model: str
+    max_tokens: int
+    purpose: Literal["chat", "summarize"] = "chat"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A provider's answer. Usage is None when the provider does not report it."""
+
+    text: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+class Provider(ABC):
+    """An LLM provider plugin. Subclass it and implement :meth:`complete`.
+
+    Raise :class:`gateway.errors.ProviderError` (502) or ``ProviderTimeout`` (504) on failure;
+    the turn is then not stored and not charged.
+    """
+
+    name: str = ""
+
+    async def start(self) -> None:
+        """Acquire resources (an HTTP session); called once when the gateway starts."""
+
+    async def close(self) -> None:
+        """Release resources; called once when the gateway stops."""
+
+    @abstractmethod
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Answer one chat request."""
+
+
+class Channel:
+    """A channel plugin: maps inbound messages to (user, thread, session key), delivers replies.
+
+    ``name`` prefixes its session keys (``telegram:42``). ``routes()`` may add HTTP routes to the
+    gateway's server (webhooks); ``start``/``stop`` run with the gateway.
+    """
+
+    name: str = ""
+    # Channels whose threads are keyed by their own name (``telegram:…``); the dashboard is not.
+    prefixed_keys: bool = True
+
+    def routes(self) -> list[web.RouteDef]:
+        """HTTP routes this channel serves."""
+        return []
+
+    async def start(self) -> None:
+        """Start listening (polling, sockets); called once when the gateway starts."""
+
+    async def stop(self) -> None:
+        """Stop listening and finish in-flight work; called once when the gateway stops."""

@@ -1,0 +1,127 @@
+"""Prompt assembly in the SPEC §4 order, trimmed under MAX_CONTEXT with cached token counts.
+
+One system message holds, in order: (1) instructions and the model identity hint, (2) the pinned
+block, (3) the specialist's instructions, (4) the conversation summary, (5) browser hints and the
+session-rotation hint; a plugin section follows the built-in section its position names. Then
+the recent messages, then the new user message. The oldest recent messages are dropped first;
+the system message and the new user message never are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+from .errors import PayloadTooLarge
+from .interfaces import PromptSection
+from .store import StoredMessage
+from .tokens import REPLY_PRIMING, TokenCounter
+
+ROTATION_HINT = (
+    "The agent session was just rotated: tool state from earlier turns is gone, but the "
+    "conversation memory above is intact. Re-run any tool you need."
+)
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A saved browser login, decrypted for this turn's prompt only."""
+
+    site: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class PromptInputs:
+    """Everything prompt assembly needs for one turn."""
+
+    instructions: str
+    model: str
+    pinned: dict[str, str]
+    specialist: tuple[str, str] | None
+    summary: str
+    credentials: Sequence[Credential]
+    session_rotated: bool
+    sections: Sequence[PromptSection]
+    recent: Sequence[StoredMessage]
+    user_message: str
+    user_tokens: int
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The messages to send and what they cost."""
+
+    messages: list[dict[str, str]]
+    system_text: str
+    prompt_tokens: int
+    dropped: int
+
+
+def render_pinned(pinned: dict[str, str]) -> str:
+    """The pinned block: sorted keys, values escaped so they cannot close the tag."""
+    lines = "\n".join(f"- {key}: {escape(value)}" for key, value in sorted(pinned.items()))
+    return ("Pinned facts for this conversation (always true unless the user changes them):\n"
+            f"<pinned>\n{lines}\n</pinned>")
+
+
+def render_credentials(credentials: Iterable[Credential]) -> str:
+    """Section 5's browser hint listing saved logins."""
+    lines = "\n".join(f"- {escape(c.site)}: username {escape(c.username)}, "
+                      f"password {escape(c.password)}" for c in credentials)
+    return ("Saved browser logins, for the browser tool only (never repeat a password to the "
+            f"user):\n{lines}")
+
+
+def system_sections(inputs: PromptInputs) -> list[str]:
+    """The system message's sections in their fixed order, plugin sections in place."""
+    builtin: list[tuple[str, str | None]] = [
+        ("after_instructions",
+         f"{inputs.instructions}\nYou are answering as the model {inputs.model}."),
+        ("after_pinned", render_pinned(inputs.pinned) if inputs.pinned else None),
+        ("after_specialist",
+         f"You are acting as the specialist {inputs.specialist[0]!r}. Its instructions:\n"
+         f"{inputs.specialist[1]}" if inputs.specialist else None),
+        ("after_summary",
+         f"Summary of the earlier conversation:\n{inputs.summary}" if inputs.summary else None),
+        ("after_hints", "\n\n".join(
+            part for part in (
+                render_credentials(inputs.credentials) if inputs.credentials else "",
+                ROTATION_HINT if inputs.session_rotated else "",
+            ) if part) or None),
+    ]
+    parts: list[str] = []
+    for position, text in builtin:
+        if text:
+            parts.append(text)
+        parts.extend(s.text for s in inputs.sections if s.position == position and s.text)
+    return parts
+
+
+def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> Prompt:
+    """Build the prompt; drop the oldest recent messages until it fits, or raise 413."""
+    system_text = "\n\n".join(system_sections(inputs))
+    fixed = (REPLY_PRIMING
+             + counter.message("system", counter.count(system_text))
+             + counter.message("user", inputs.user_tokens))
+    if fixed > max_context:
+        raise PayloadTooLarge(
+            f"the system prompt and the message need {fixed} tokens, over MAX_CONTEXT "
+            f"({max_context}); shorten the message or the pinned memory",
+            code="context_too_large",
+        )
+    budget = max_context - fixed
+    kept = 0
+    for message in reversed(inputs.recent):
+        cost = counter.message(message.role, message.tokens)
+        if cost > budget:
+            break
+        budget -= cost
+        kept += 1
+    recent = inputs.recent[len(inputs.recent) - kept:]
+    messages = [{"role": "system", "content": system_text}]
+    messages.extend({"role": m.role, "content": m.content} for m in recent)
+    messages.append({"role": "user", "content": inputs.user_message})
+    return Prompt(messages, system_text, max_context - budget, len(inputs.recent) - kept)

@@ -1,0 +1,138 @@
+"""The store: the gateway's one narrow, async interface to persistent state.
+
+The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend; another
+backend (PostgreSQL for multi-instance deployments) implements the same protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .records import (
+    Charge,
+    DisplayMessage,
+    NewMessage,
+    SecretRecord,
+    StoredMessage,
+    SummaryCommit,
+    Thread,
+    ThreadPage,
+    ThreadRef,
+    TurnCommit,
+    TurnState,
+    User,
+)
+
+
+class Store(Protocol):
+    """Persistent state. Every method is one transaction."""
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None:
+        """Release the connection."""
+
+    # --- accounts -----------------------------------------------------------
+    async def create_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int) -> User:
+        """Create an account; raise ``BadRequest`` if it exists."""
+
+    async def ensure_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int) -> tuple[User, bool]:
+        """Return the account, creating it first if needed; the flag says it was created."""
+
+    async def get_user(self, user_id: str) -> User | None:
+        """The account, or None."""
+
+    async def grant_credits(self, user_id: str, credits: int) -> User:
+        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+
+    async def replace_token(self, user_id: str, token_hash: str) -> None:
+        """Make ``token_hash`` the account's only API token."""
+
+    async def user_for_token(self, token_hash: str) -> User | None:
+        """The account owning this token hash, or None."""
+
+    # --- threads and pinned memory -----------------------------------------
+    async def get_thread(self, session_key: str) -> Thread | None:
+        """The thread with this session key, or None."""
+
+    async def list_threads(self, user_id: str) -> list[Thread]:
+        """The user's threads, most recently updated first."""
+
+    async def get_pinned(self, session_key: str) -> dict[str, str]:
+        """The thread's pinned keys (empty if no thread)."""
+
+    async def put_pinned(self, ref: ThreadRef, key: str, value: str,
+                         max_keys: int) -> dict[str, str]:
+        """Upsert one pinned key, creating the thread if needed; return all keys."""
+
+    async def delete_pinned(self, session_key: str, key: str | None) -> dict[str, str]:
+        """Delete one pinned key, or all when ``key`` is None; return what remains."""
+
+    async def clear_thread(self, session_key: str) -> bool:
+        """Empty summary and messages (pinned and display stay); False if no thread."""
+
+    async def delete_thread(self, session_key: str) -> bool:
+        """Remove the thread and all it holds; False if no thread."""
+
+    async def display_page(self, session_key: str, limit: int,
+                           before: int | None) -> ThreadPage:
+        """Up to ``limit`` display messages older than ``before``, oldest first."""
+
+    async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
+        """The thread and its rolling ``messages``, oldest first, from one snapshot."""
+
+    # --- turns ---------------------------------------------------------------
+    async def load_turn(self, session_key: str, user_id: str,
+                        specialist: str | None) -> TurnState:
+        """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write a turn (messages, display, ledger, balance); return the stored message count."""
+
+    async def commit_summary(self, commit: SummaryCommit) -> bool:
+        """Apply a summary if the thread is still at the expected version; False otherwise."""
+
+    # --- specialists and credentials ------------------------------------------
+    async def get_specialist(self, user_id: str, name: str) -> str | None:
+        """The instructions of the user's specialist, or None."""
+
+    async def list_specialists(self, user_id: str) -> dict[str, str]:
+        """All the user's specialists, by name."""
+
+    async def put_specialist(self, user_id: str, name: str, instructions: str) -> None:
+        """Create or replace a specialist."""
+
+    async def delete_specialist(self, user_id: str, name: str) -> bool:
+        """Delete a specialist; False if there was none."""
+
+    async def put_credential(self, user_id: str, site: str, blob: bytes) -> list[SecretRecord]:
+        """Create or replace a saved browser credential; return all the user's."""
+
+    async def list_credentials(self, user_id: str) -> list[SecretRecord]:
+        """All the user's saved browser credentials (encrypted)."""
+
+    async def delete_credential(self, user_id: str, site: str) -> list[SecretRecord]:
+        """Forget one saved credential; return what remains."""
+
+    async def ledger(self, user_id: str) -> list[Charge]:
+        """The user's ledger rows, oldest first."""
+
+
+__all__ = [
+    "Charge",
+    "DisplayMessage",
+    "NewMessage",
+    "SecretRecord",
+    "Store",
+    "StoredMessage",
+    "SummaryCommit",
+    "Thread",
+    "ThreadPage",
+    "ThreadRef",
+    "TurnCommit",
+    "TurnState",
+    "User",
+]

@@ -1,0 +1,89 @@
+"""Append-only schema migrations. Never edit a shipped entry: add a new one at the end."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: accounts, threads and the memory layers
+    """
+    CREATE TABLE users (
+        user_id         TEXT PRIMARY KEY,
+        plan            TEXT NOT NULL,
+        credits         INTEGER NOT NULL,
+        browser_minutes INTEGER NOT NULL,
+        created_at      TEXT NOT NULL
+    );
+    CREATE TABLE api_tokens (
+        token_hash TEXT PRIMARY KEY,
+        user_id    TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX api_tokens_user ON api_tokens(user_id);
+    CREATE TABLE threads (
+        id              INTEGER PRIMARY KEY,
+        session_key     TEXT NOT NULL UNIQUE,
+        user_id         TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        thread_id       TEXT NOT NULL,
+        channel         TEXT NOT NULL,
+        summary         TEXT NOT NULL DEFAULT '',
+        summary_tokens  INTEGER NOT NULL DEFAULT 0,
+        summary_version INTEGER NOT NULL DEFAULT 0,
+        created_at      TEXT NOT NULL,
+        updated_at      TEXT NOT NULL,
+        UNIQUE (user_id, thread_id)
+    );
+    CREATE INDEX threads_user_updated ON threads(user_id, updated_at);
+    CREATE TABLE pinned (
+        thread   INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        key      TEXT NOT NULL,
+        value    TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (thread, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        id      INTEGER PRIMARY KEY,
+        thread  INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        role    TEXT NOT NULL,
+        content TEXT NOT NULL,
+        tokens  INTEGER NOT NULL
+    );
+    CREATE INDEX messages_thread ON messages(thread, id);
+    CREATE TABLE display_messages (
+        id         INTEGER PRIMARY KEY,
+        thread     INTEGER NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+        role       TEXT NOT NULL,
+        content    TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX display_messages_thread ON display_messages(thread, id);
+    CREATE TABLE specialists (
+        user_id      TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        name         TEXT NOT NULL,
+        instructions TEXT NOT NULL,
+        updated_at   TEXT NOT NULL,
+        PRIMARY KEY (user_id, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE browser_credentials (
+        user_id    TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        site       TEXT NOT NULL,
+        secret     BLOB NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (user_id, site)
+    ) WITHOUT ROWID;
+    CREATE TABLE ledger (
+        id                INTEGER PRIMARY KEY,
+        user_id           TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        thread_key        TEXT,
+        kind              TEXT NOT NULL,
+        model             TEXT NOT NULL,
+        prompt_tokens     INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        credits           INTEGER NOT NULL,
+        created_at        TEXT NOT NULL
+    );
+    CREATE INDEX ledger_user ON ledger(user_id, id);
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID;
+    """,
+)

@@ -1,0 +1,129 @@
+"""Plain records that cross the store's interface. No SQL, no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class User:
+    """A gateway account: billing is per user."""
+
+    user_id: str
+    plan: str
+    credits: int
+    browser_minutes: int
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ThreadRef:
+    """Where a conversation lives: its owner, its API id, its session key and channel."""
+
+    user_id: str
+    thread_id: str
+    session_key: str
+    channel: str
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A stored conversation."""
+
+    ref: ThreadRef
+    summary: str
+    summary_tokens: int
+    summary_version: int
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One rolling-memory entry with its cached token count."""
+
+    id: int
+    role: str
+    content: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class DisplayMessage:
+    """One entry of the display transcript (dashboard only)."""
+
+    id: int
+    role: str
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class SecretRecord:
+    """An encrypted browser credential as stored."""
+
+    site: str
+    blob: bytes
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """Everything one turn reads, loaded in one store call."""
+
+    user: User
+    thread: Thread | None
+    pinned: dict[str, str]
+    messages: list[StoredMessage]
+    specialist_instructions: str | None
+    credentials: list[SecretRecord]
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to append to rolling memory and the display transcript."""
+
+    role: str
+    content: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One LLM call, to be written as a ledger row and taken from the balance."""
+
+    kind: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    credits: int
+
+
+@dataclass(frozen=True)
+class TurnCommit:
+    """Everything one turn writes, in one transaction."""
+
+    ref: ThreadRef
+    billed_user: str
+    messages: list[NewMessage]
+    charge: Charge
+
+
+@dataclass(frozen=True)
+class SummaryCommit:
+    """A summarization result: applied only if the thread is still at ``expected_version``."""
+
+    session_key: str
+    billed_user: str
+    expected_version: int
+    summary: str
+    summary_tokens: int
+    folded_through_id: int
+    charge: Charge
+
+
+@dataclass
+class ThreadPage:
+    """A page of the display transcript, oldest first."""
+
+    messages: list[DisplayMessage] = field(default_factory=list)
+    next_before: int | None = None

@@ -1,0 +1,458 @@
+"""The embedded SQLite backend of :class:`gateway.store.Store` (aiosqlite, WAL mode).
+
+Each public method is one transaction run as one function on aiosqlite's worker thread: a turn
+costs one thread hand-off to read and one to write, however many statements it needs. That uses
+``aiosqlite.Connection._execute`` (the call every aiosqlite method is built on), pinned in
+pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import aiosqlite
+
+from ..errors import BadRequest, NotFound
+from .migrations import MIGRATIONS
+from .records import (
+    Charge,
+    DisplayMessage,
+    SecretRecord,
+    StoredMessage,
+    SummaryCommit,
+    Thread,
+    ThreadPage,
+    ThreadRef,
+    TurnCommit,
+    TurnState,
+    User,
+)
+
+T = TypeVar("T")
+
+_THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
+                   "summary_version, created_at, updated_at")
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC with microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _user(row: sqlite3.Row | tuple) -> User:
+    return User(*row)
+
+
+def _thread(row: sqlite3.Row | tuple) -> Thread:
+    user_id, thread_id, key, channel, summary, tokens, version, created, updated = row
+    return Thread(ThreadRef(user_id, thread_id, key, channel), summary, tokens, version,
+                  created, updated)
+
+
+def _thread_pk(conn: sqlite3.Connection, session_key: str) -> int | None:
+    row = conn.execute("SELECT id FROM threads WHERE session_key = ?", (session_key,)).fetchone()
+    return row[0] if row else None
+
+
+def _ensure_thread(conn: sqlite3.Connection, ref: ThreadRef, now: str) -> int:
+    conn.execute(
+        "INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key) DO NOTHING",
+        (ref.session_key, ref.user_id, ref.thread_id, ref.channel, now, now),
+    )
+    pk = _thread_pk(conn, ref.session_key)
+    assert pk is not None
+    return pk
+
+
+def _pinned(conn: sqlite3.Connection, pk: int | None) -> dict[str, str]:
+    if pk is None:
+        return {}
+    rows = conn.execute("SELECT key, value FROM pinned WHERE thread = ? ORDER BY key", (pk,))
+    return dict(rows.fetchall())
+
+
+def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, charge: Charge,
+            now: str) -> None:
+    conn.execute(
+        "INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
+        " completion_tokens, credits, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (user_id, thread_key, charge.kind, charge.model, charge.prompt_tokens,
+         charge.completion_tokens, charge.credits, now),
+    )
+    conn.execute("UPDATE users SET credits = credits - ? WHERE user_id = ?",
+                 (charge.credits, user_id))
+
+
+class SQLiteStore:
+    """SQLite implementation of the Store protocol."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+
+    # --- plumbing ---------------------------------------------------------------
+    async def open(self) -> None:
+        """Open the database (WAL, foreign keys on) and apply pending migrations."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        await self._db.execute("PRAGMA journal_mode = WAL")
+        await self._db.execute("PRAGMA synchronous = NORMAL")
+        await self._db.execute("PRAGMA foreign_keys = ON")
+        await self._db.execute("PRAGMA busy_timeout = 5000")
+        await self._transaction(self._migrate)
+
+    async def close(self) -> None:
+        """Close the database."""
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside BEGIN IMMEDIATE … COMMIT on the worker thread, in one hand-off."""
+        return await self._run(fn, "BEGIN IMMEDIATE")
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a read transaction (one consistent snapshot), in one hand-off."""
+        return await self._run(fn, "BEGIN")
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        db = self._db
+        if db is None:
+            raise RuntimeError("store is not open")
+
+        def run() -> T:
+            conn = db._conn
+            conn.execute(begin)
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return await db._execute(run)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+
+    # --- accounts ---------------------------------------------------------------
+    async def create_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int) -> User:
+        """Create an account; raise ``BadRequest`` if it exists."""
+        user, created = await self.ensure_user(user_id, plan, credits, browser_minutes)
+        if not created:
+            raise BadRequest(f"user {user_id!r} already exists", code="user_exists")
+        return user
+
+    async def ensure_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int) -> tuple[User, bool]:
+        """Return the account, creating it first if needed; the flag says it was created."""
+        def run(conn: sqlite3.Connection) -> tuple[User, bool]:
+            now = utc_now()
+            created = conn.execute(
+                "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at)"
+                " VALUES (?, ?, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
+                (user_id, plan, browser_minutes, now),
+            ).rowcount == 1
+            if created and credits:
+                # The opening balance is a grant like any other: balance == -sum(ledger).
+                _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), now)
+            row = conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)).fetchone()
+            return _user(row), created
+        return await self._transaction(run)
+
+    async def get_user(self, user_id: str) -> User | None:
+        """The account, or None."""
+        def run(conn: sqlite3.Connection) -> User | None:
+            row = conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)).fetchone()
+            return _user(row) if row else None
+        return await self._read(run)
+
+    async def grant_credits(self, user_id: str, credits: int) -> User:
+        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+        def run(conn: sqlite3.Connection) -> User:
+            if conn.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone() is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), utc_now())
+            return _user(conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,))
+                         .fetchone())
+        return await self._transaction(run)
+
+    async def replace_token(self, user_id: str, token_hash: str) -> None:
+        """Make ``token_hash`` the account's only API token."""
+        def run(conn: sqlite3.Connection) -> None:
+            if conn.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone() is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            conn.execute("DELETE FROM api_tokens WHERE user_id = ?", (user_id,))
+            conn.execute("INSERT INTO api_tokens VALUES (?, ?, ?)",
+                         (token_hash, user_id, utc_now()))
+        await self._transaction(run)
+
+    async def user_for_token(self, token_hash: str) -> User | None:
+        """The account owning this token hash, or None."""
+        assert self._db is not None
+        rows = await self._db.execute_fetchall(
+            "SELECT u.* FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = ?",
+            (token_hash,),
+        )
+        return _user(next(iter(rows))) if rows else None
+
+    # --- threads and pinned memory ---------------------------------------------
+    async def get_thread(self, session_key: str) -> Thread | None:
+        """The thread with this session key, or None."""
+        def run(conn: sqlite3.Connection) -> Thread | None:
+            row = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+                               (session_key,)).fetchone()
+            return _thread(row) if row else None
+        return await self._read(run)
+
+    async def list_threads(self, user_id: str) -> list[Thread]:
+        """The user's threads, most recently updated first."""
+        def run(conn: sqlite3.Connection) -> list[Thread]:
+            rows = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE user_id = ?"
+                                " ORDER BY updated_at DESC, id DESC", (user_id,))
+            return [_thread(row) for row in rows.fetchall()]
+        return await self._read(run)
+
+    async def get_pinned(self, session_key: str) -> dict[str, str]:
+        """The thread's pinned keys (empty if no thread)."""
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            return _pinned(conn, _thread_pk(conn, session_key))
+        return await self._read(run)
+
+    async def put_pinned(self, ref: ThreadRef, key: str, value: str,
+                         max_keys: int) -> dict[str, str]:
+        """Upsert one pinned key, creating the thread if needed; return all keys."""
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            now = utc_now()
+            pk = _ensure_thread(conn, ref, now)
+            pinned = _pinned(conn, pk)
+            if key not in pinned and len(pinned) >= max_keys:
+                raise BadRequest(f"a thread holds at most {max_keys} pinned keys",
+                                 code="too_many_keys")
+            conn.execute(
+                "INSERT INTO pinned (thread, key, value, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (thread, key) DO UPDATE SET value = excluded.value,"
+                " updated_at = excluded.updated_at",
+                (pk, key, value, now),
+            )
+            conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
+            pinned[key] = value
+            return dict(sorted(pinned.items()))
+        return await self._transaction(run)
+
+    async def delete_pinned(self, session_key: str, key: str | None) -> dict[str, str]:
+        """Delete one pinned key, or all when ``key`` is None; return what remains."""
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            pk = _thread_pk(conn, session_key)
+            if pk is None:
+                return {}
+            if key is None:
+                conn.execute("DELETE FROM pinned WHERE thread = ?", (pk,))
+            else:
+                conn.execute("DELETE FROM pinned WHERE thread = ? AND key = ?", (pk, key))
+            return _pinned(conn, pk)
+        return await self._transaction(run)
+
+    async def clear_thread(self, session_key: str) -> bool:
+        """Empty summary and messages (pinned and display stay); False if no thread."""
+        def run(conn: sqlite3.Connection) -> bool:
+            pk = _thread_pk(conn, session_key)
+            if pk is None:
+                return False
+            conn.execute("DELETE FROM messages WHERE thread = ?", (pk,))
+            conn.execute(
+                "UPDATE threads SET summary = '', summary_tokens = 0,"
+                " summary_version = summary_version + 1, updated_at = ? WHERE id = ?",
+                (utc_now(), pk),
+            )
+            return True
+        return await self._transaction(run)
+
+    async def delete_thread(self, session_key: str) -> bool:
+        """Remove the thread and all it holds; False if no thread."""
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM threads WHERE session_key = ?",
+                                (session_key,)).rowcount == 1
+        return await self._transaction(run)
+
+    async def display_page(self, session_key: str, limit: int,
+                           before: int | None) -> ThreadPage:
+        """Up to ``limit`` display messages older than ``before``, oldest first."""
+        def run(conn: sqlite3.Connection) -> ThreadPage:
+            pk = _thread_pk(conn, session_key)
+            if pk is None:
+                return ThreadPage()
+            rows = conn.execute(
+                "SELECT id, role, content, created_at FROM display_messages"
+                " WHERE thread = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                (pk, before if before is not None else 2**62, limit + 1),
+            ).fetchall()
+            page = [DisplayMessage(*row) for row in rows[:limit]]
+            page.reverse()
+            return ThreadPage(page, page[0].id if len(rows) > limit else None)
+        return await self._read(run)
+
+    async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
+        """The thread and its rolling ``messages``, oldest first, from one snapshot."""
+        def run(conn: sqlite3.Connection) -> tuple[Thread | None, list[StoredMessage]]:
+            row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+                               (session_key,)).fetchone()
+            if row is None:
+                return None, []
+            rows = conn.execute("SELECT id, role, content, tokens FROM messages WHERE thread = ?"
+                                " ORDER BY id", (row[0],))
+            return _thread(row[1:]), [StoredMessage(*r) for r in rows.fetchall()]
+        return await self._read(run)
+
+    # --- turns ------------------------------------------------------------------
+    async def load_turn(self, session_key: str, user_id: str,
+                        specialist: str | None) -> TurnState:
+        """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
+        def run(conn: sqlite3.Connection) -> TurnState:
+            user_row = conn.execute("SELECT * FROM users WHERE user_id = ?",
+                                    (user_id,)).fetchone()
+            if user_row is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+                               (session_key,)).fetchone()
+            pk, thread = (row[0], _thread(row[1:])) if row else (None, None)
+            messages = [] if pk is None else [
+                StoredMessage(*r) for r in conn.execute(
+                    "SELECT id, role, content, tokens FROM messages WHERE thread = ? ORDER BY id",
+                    (pk,)).fetchall()
+            ]
+            instructions = None
+            if specialist is not None:
+                found = conn.execute(
+                    "SELECT instructions FROM specialists WHERE user_id = ? AND name = ?",
+                    (user_id, specialist)).fetchone()
+                instructions = found[0] if found else None
+            credentials = [SecretRecord(*r) for r in conn.execute(
+                "SELECT site, secret FROM browser_credentials WHERE user_id = ? ORDER BY site",
+                (user_id,)).fetchall()]
+            return TurnState(_user(user_row), thread, _pinned(conn, pk), messages,
+                             instructions, credentials)
+        return await self._read(run)
+
+    async def commit_turn(self, commit: TurnCommit) -> int:
+        """Write a turn (messages, display, ledger, balance); return the stored message count."""
+        def run(conn: sqlite3.Connection) -> int:
+            now = utc_now()
+            pk = _ensure_thread(conn, commit.ref, now)
+            conn.executemany(
+                "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
+                [(pk, m.role, m.content, m.tokens) for m in commit.messages],
+            )
+            conn.executemany(
+                "INSERT INTO display_messages (thread, role, content, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(pk, m.role, m.content, now) for m in commit.messages],
+            )
+            _charge(conn, commit.billed_user, commit.ref.session_key, commit.charge, now)
+            conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
+            return conn.execute("SELECT count(*) FROM messages WHERE thread = ?",
+                                (pk,)).fetchone()[0]
+        return await self._transaction(run)
+
+    async def commit_summary(self, commit: SummaryCommit) -> bool:
+        """Apply a summary if the thread is still at the expected version; False otherwise."""
+        def run(conn: sqlite3.Connection) -> bool:
+            now = utc_now()
+            cursor = conn.execute(
+                "UPDATE threads SET summary = ?, summary_tokens = ?,"
+                " summary_version = summary_version + 1"
+                " WHERE session_key = ? AND summary_version = ? RETURNING id",
+                (commit.summary, commit.summary_tokens, commit.session_key,
+                 commit.expected_version),
+            )
+            row = cursor.fetchone()
+            if row is None:
+                return False
+            conn.execute("DELETE FROM messages WHERE thread = ? AND id <= ?",
+                         (row[0], commit.folded_through_id))
+            _charge(conn, commit.billed_user, commit.session_key, commit.charge, now)
+            return True
+        return await self._transaction(run)
+
+    # --- specialists and credentials ---------------------------------------------
+    async def get_specialist(self, user_id: str, name: str) -> str | None:
+        """The instructions of the user's specialist, or None."""
+        return (await self.list_specialists(user_id, name)).get(name)
+
+    async def list_specialists(self, user_id: str, name: str | None = None) -> dict[str, str]:
+        """All the user's specialists (or only ``name``), by name."""
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT name, instructions FROM specialists WHERE user_id = ?"
+                " AND (? IS NULL OR name = ?) ORDER BY name", (user_id, name, name))
+            return dict(rows.fetchall())
+        return await self._read(run)
+
+    async def put_specialist(self, user_id: str, name: str, instructions: str) -> None:
+        """Create or replace a specialist."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO specialists VALUES (?, ?, ?, ?) ON CONFLICT (user_id, name)"
+                " DO UPDATE SET instructions = excluded.instructions,"
+                " updated_at = excluded.updated_at",
+                (user_id, name, instructions, utc_now()),
+            )
+        await self._transaction(run)
+
+    async def delete_specialist(self, user_id: str, name: str) -> bool:
+        """Delete a specialist; False if there was none."""
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM specialists WHERE user_id = ? AND name = ?",
+                                (user_id, name)).rowcount == 1
+        return await self._transaction(run)
+
+    @staticmethod
+    def _credentials(conn: sqlite3.Connection, user_id: str) -> list[SecretRecord]:
+        rows = conn.execute("SELECT site, secret FROM browser_credentials WHERE user_id = ?"
+                            " ORDER BY site", (user_id,))
+        return [SecretRecord(*row) for row in rows.fetchall()]
+
+    async def put_credential(self, user_id: str, site: str, blob: bytes) -> list[SecretRecord]:
+        """Create or replace a saved browser credential; return all the user's."""
+        def run(conn: sqlite3.Connection) -> list[SecretRecord]:
+            conn.execute(
+                "INSERT INTO browser_credentials VALUES (?, ?, ?, ?) ON CONFLICT (user_id, site)"
+                " DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at",
+                (user_id, site, blob, utc_now()),
+            )
+            return self._credentials(conn, user_id)
+        return await self._transaction(run)
+
+    async def list_credentials(self, user_id: str) -> list[SecretRecord]:
+        """All the user's saved browser credentials (encrypted)."""
+        return await self._read(lambda conn: self._credentials(conn, user_id))
+
+    async def delete_credential(self, user_id: str, site: str) -> list[SecretRecord]:
+        """Forget one saved credential; return what remains."""
+        def run(conn: sqlite3.Connection) -> list[SecretRecord]:
+            conn.execute("DELETE FROM browser_credentials WHERE user_id = ? AND site = ?",
+                         (user_id, site))
+            return self._credentials(conn, user_id)
+        return await self._transaction(run)
+
+    async def ledger(self, user_id: str) -> list[Charge]:
+        """The user's ledger rows, oldest first."""
+        def run(conn: sqlite3.Connection) -> list[Charge]:
+            rows = conn.execute(
+                "SELECT kind, model, prompt_tokens, completion_tokens, credits FROM ledger"
+                " WHERE user_id = ? ORDER BY id", (user_id,))
+            return [Charge(*row) for row in rows.fetchall()]
+        return await self._read(run)

@@ -1,0 +1,1 @@
+"""Built-in non-channel plugins (providers, tools), registered through entry points."""

@@ -1,0 +1,60 @@
+"""The ``offline`` provider: answers deterministically from its prompt, with no LLM account.
+
+It lets the gateway run (and be tried) anywhere. It is a provider plugin like any other.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gateway import Completion, CompletionRequest, Gateway, Provider, hookimpl
+
+MODEL = "offline"
+SUMMARY_CHARS = 1500
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _quote(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class OfflineProvider(Provider):
+    """Deterministic replies that show what the gateway remembered for this turn."""
+
+    name = "offline"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Answer from the prompt alone."""
+        messages = list(request.messages)
+        if request.purpose == "summarize":
+            return Completion(self._summarize(messages[-1]["content"]), MODEL)
+        return Completion(self._reply(messages), MODEL)
+
+    @staticmethod
+    def _summarize(data: str) -> str:
+        plain = " ".join(_TAG.sub(" ", data).split())
+        return "Earlier conversation: " + plain[-SUMMARY_CHARS:]
+
+    @staticmethod
+    def _reply(messages: list[dict[str, str]]) -> str:
+        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+        history = [m for m in messages[1:-1] if m["role"] in ("user", "assistant")]
+        said = messages[-1]["content"] if messages else ""
+        facts = []
+        if "<pinned>" in system:
+            pinned = system.split("<pinned>", 1)[1].split("</pinned>", 1)[0]
+            keys = [line[2:].split(":", 1)[0] for line in pinned.splitlines()
+                    if line.startswith("- ")]
+            facts.append("pinned facts: " + ", ".join(keys))
+        if "Summary of the earlier conversation:" in system:
+            facts.append("a summary of our earlier conversation")
+        facts.append(f"{len(history)} recent message{'s' if len(history) != 1 else ''}")
+        return (f"(offline mode: no LLM is configured) You said: \"{_quote(said)}\". "
+                f"I can see {'; '.join(facts)}.")
+
+
+@hookimpl(trylast=True)
+def register_providers(gateway: Gateway) -> list[Provider]:
+    """Register the offline provider."""
+    return [OfflineProvider()]
