@@ -1,15 +1,19 @@
 """One chat turn, and the summarization it may trigger.
 
-load (one store call) → assemble the prompt → provider call → commit (one transaction) →
-answer → summarize if ``messages`` reached SUMMARIZE_AT. The caller holds the thread's turn lock
-for all of it, summarization included.
+rotate the session if due → load (one store call) → assemble the prompt → provider call, and
+tool rounds while the model asks for tools → commit (one transaction) → append the session
+events → answer → summarize if ``messages`` reached SUMMARIZE_AT. The caller holds the thread's
+turn lock for all of it, summarization included.
+
+SQLite is written before the session file: a crash between the two loses only the turn's tool
+state (as a rotation would), never a reply the session file knows and SQLite does not.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .billing import charge_for
@@ -18,7 +22,9 @@ from .interfaces import Completion, CompletionRequest, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, PromptInputs, assemble
 from .secrets import redact
-from .store import NewMessage, SummaryCommit, ThreadRef, TurnCommit
+from .sessions import Rotation, ToolExchange
+from .store import Charge, NewMessage, SecretRecord, SummaryCommit, ThreadRef, TurnCommit
+from .tools import ToolContext, run_tool
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -47,7 +53,19 @@ class PendingSummary:
     secrets: tuple[str, ...]
 
 
-def _decrypt(gw: Gateway, user_id: str, records: list) -> list[Credential]:
+@dataclass
+class _AgentRun:
+    """The provider calls of one turn: the final text, the tool exchange, the charges."""
+
+    text: str = ""
+    exchange: list[dict[str, Any]] = field(default_factory=list)
+    exchange_tokens: int = 0
+    charges: list[Charge] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Credential]:
     credentials = []
     for record in records:
         document = gw.secret_box.open(record.blob, user_id)
@@ -65,6 +83,89 @@ async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
     return completion
 
 
+def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """Prompt and completion tokens as reported, or counted with tiktoken when not."""
+    prompt = completion.prompt_tokens
+    if prompt is None:
+        prompt = gw.counter.messages(messages)
+    done = completion.completion_tokens
+    if done is None:
+        done = gw.counter.count(completion.text) + sum(
+            gw.counter.count(c.name) + gw.counter.count(c.arguments)
+            for c in completion.tool_calls)
+    return prompt, done
+
+
+async def _run_agent(gw: Gateway, turn: TurnContext, messages: list[dict[str, Any]],
+                     prompt_tokens: int, secrets: tuple[str, ...]) -> _AgentRun:
+    """Call the provider; while it asks for tools, run them and call again (bounded)."""
+    settings = gw.settings
+    schemas = [tool.schema() for tool in gw.tools.values()]
+    context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
+    run = _AgentRun()
+    for round_number in range(settings.max_tool_rounds + 1):
+        completion = await _call_provider(gw, CompletionRequest(
+            list(messages), settings.llm_model, settings.llm_max_tokens, tools=schemas))
+        used_prompt, used_completion = _usage(gw, completion, messages)
+        run.prompt_tokens += used_prompt
+        run.completion_tokens += used_completion
+        run.charges.append(charge_for(settings, "chat" if round_number == 0 else "tool_round",
+                                      completion.model, used_prompt, used_completion))
+        if not completion.tool_calls:
+            run.text = completion.text
+            return run
+        if round_number == settings.max_tool_rounds:
+            break
+        call_message: dict[str, Any] = {
+            "role": "assistant", "content": completion.text or None,
+            "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
+        results = [{"role": "tool", "tool_call_id": call.id,
+                    "content": redact(await run_tool(gw.tools, call, context,
+                                                     settings.tool_timeout_seconds), secrets)}
+                   for call in completion.tool_calls]
+        cost = sum(gw.counter.chat_message(m) for m in (call_message, *results))
+        run.exchange += [call_message, *results]
+        run.exchange_tokens += cost
+        messages += [call_message, *results]
+        prompt_tokens += cost
+        if prompt_tokens > settings.max_context:
+            run.text = ("I had to stop: the tool results no longer fit in my context window. "
+                        "Ask again with a narrower request.")
+            return run
+    run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
+                "reaching an answer. Ask again, perhaps more specifically.")
+    return run
+
+
+def _session_events(stored_message: str, reply: str, message_ids: list[int],
+                    run: _AgentRun, rotation: Rotation | None) -> list[dict[str, Any]]:
+    """The turn as session events: user message, tool calls and results, reply, usage."""
+    user_id, reply_id = message_ids
+    events: list[dict[str, Any]] = []
+    if rotation is not None:
+        events.append({"type": "rotation", "reason": rotation.reason,
+                       "previous": rotation.archive.name})
+    events.append({"type": "user", "content": stored_message, "messageId": user_id})
+    round_number = 0
+    for message in run.exchange:
+        if message["role"] == "assistant":
+            round_number += 1
+            events.append({"type": "tool_calls", "replyId": reply_id, "round": round_number,
+                           "content": message["content"],
+                           "calls": [{"id": c["id"], "name": c["function"]["name"],
+                                      "arguments": c["function"]["arguments"]}
+                                     for c in message["tool_calls"]]})
+        else:
+            events.append({"type": "tool_result", "replyId": reply_id, "round": round_number,
+                           "toolCallId": message["tool_call_id"], "content": message["content"]})
+    events.append({"type": "assistant", "content": reply, "messageId": reply_id})
+    events.append({"type": "usage", "promptTokens": run.prompt_tokens,
+                   "completionTokens": run.completion_tokens,
+                   "credits": sum(c.credits for c in run.charges),
+                   "calls": len(run.charges)})
+    return events
+
+
 async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due."""
@@ -75,11 +176,11 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     if state.user.credits <= 0:
         raise PaymentRequired("no AI credits left; ask for a grant or wait for the next period")
 
+    rotation = await gw.rotate_session(ref.session_key, None)
     credentials = _decrypt(gw, user_id, state.credentials)
     secrets = tuple(c.password for c in credentials)
     turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, message, specialist)
     sections = await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn)
-    stored_message = redact(message, secrets)
     prompt = assemble(
         PromptInputs(
             instructions=settings.system_prompt,
@@ -89,42 +190,48 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
             if specialist and state.specialist_instructions else None,
             summary=state.thread.summary if state.thread else "",
             credentials=credentials,
-            session_rotated=False,
+            session_rotated=rotation is not None,
             sections=sections,
             recent=state.messages,
             user_message=message,
             user_tokens=gw.counter.count(message),
+            exchanges=gw.sessions.exchanges(ref.session_key),
         ),
         gw.counter,
         settings.max_context,
     )
-    completion = await _call_provider(gw, CompletionRequest(
-        prompt.messages, settings.llm_model, settings.llm_max_tokens))
-    reply = redact(completion.text, secrets).strip()
+    run = await _run_agent(gw, turn, prompt.messages, prompt.prompt_tokens, secrets)
+    reply = redact(run.text, secrets).strip()
     if not reply:
         raise ProviderError("the provider returned an empty reply")
 
-    reply_tokens = gw.counter.count(reply)
-    prompt_tokens = completion.prompt_tokens if completion.prompt_tokens is not None \
-        else prompt.prompt_tokens
-    completion_tokens = completion.completion_tokens if completion.completion_tokens is not None \
-        else gw.counter.count(completion.text)
-    charge = charge_for(settings, "chat", completion.model,
-                        prompt_tokens, completion_tokens)
-    stored = await gw.store.commit_turn(TurnCommit(
+    stored_message = redact(message, secrets)
+    written = await gw.store.commit_turn(TurnCommit(
         ref=ref,
         billed_user=user_id,
         messages=[NewMessage("user", stored_message, gw.counter.count(stored_message)),
-                  NewMessage("assistant", reply, reply_tokens)],
-        charge=charge,
+                  NewMessage("assistant", reply, gw.counter.count(reply))],
+        charges=run.charges,
     ))
+    reply_id = written.message_ids[-1]
+    exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
+        if run.exchange else None
+    try:
+        gw.sessions.append(ref.session_key, ref.user_id, ref.thread_id,
+                           _session_events(stored_message, reply, written.message_ids, run,
+                                           rotation),
+                           exchange)
+    except OSError:
+        # The turn is committed; only its tool state is lost, as a rotation would lose it.
+        log.exception("cannot append to the session file of %s", ref.session_key)
     await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
 
     pending = None
-    if stored >= settings.summarize_at:
+    if written.stored_messages >= settings.summarize_at:
         pending = PendingSummary(ref, user_id, secrets)
-    result = TurnResult(reply, prompt_tokens, completion_tokens, charge.credits,
-                        summarized=pending is not None, session_rotated=False)
+    result = TurnResult(reply, run.prompt_tokens, run.completion_tokens,
+                        sum(c.credits for c in run.charges),
+                        summarized=pending is not None, session_rotated=rotation is not None)
     return result, pending
 
 
@@ -152,10 +259,7 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         log.warning("summarization of %s returned nothing usable; will retry on a later turn",
                     pending.ref.session_key)
         return False
-    request_tokens = completion.prompt_tokens if completion.prompt_tokens is not None \
-        else gw.counter.messages(list(request.messages))
-    completion_tokens = completion.completion_tokens if completion.completion_tokens is not None \
-        else gw.counter.count(completion.text)
+    prompt_tokens, completion_tokens = _usage(gw, completion, list(request.messages))
     applied = await gw.store.commit_summary(SummaryCommit(
         session_key=pending.ref.session_key,
         billed_user=pending.billed_user,
@@ -163,10 +267,12 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         summary=summary,
         summary_tokens=gw.counter.count(summary),
         folded_through_id=folded[-1].id,
-        charge=charge_for(settings, "summarize", completion.model,
-                          request_tokens, completion_tokens),
+        charge=charge_for(settings, "summarize", completion.model, prompt_tokens,
+                          completion_tokens),
     ))
-    if not applied:
+    if applied:
+        gw.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
+    else:
         log.info("summarization of %s discarded: the thread changed meanwhile",
                  pending.ref.session_key)
     return applied

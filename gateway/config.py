@@ -176,6 +176,11 @@ OPTIONS: tuple[Option, ...] = (
            _count, "retries on 429/5xx, with backoff"),
     Option("llm_max_tokens", "llm", "max_tokens", "CLOUDYBOT_LLM_MAX_TOKENS", 1024,
            _positive_int, "longest reply asked of the model"),
+    Option("max_tool_rounds", "llm", "max_tool_rounds", "CLOUDYBOT_MAX_TOOL_ROUNDS", 5,
+           _count, "tool-call rounds per turn before the agent stops with a message"),
+    Option("tool_timeout_seconds", "llm", "tool_timeout_seconds",
+           "CLOUDYBOT_TOOL_TIMEOUT_SECONDS", 30.0, _positive_float,
+           "one tool call may take this long (the model then reads a timeout error)"),
     Option("system_prompt", "llm", "system_prompt", "CLOUDYBOT_SYSTEM_PROMPT",
            DEFAULT_SYSTEM_PROMPT, _name,
            "base system instructions (section 1 of every prompt)"),
@@ -210,6 +215,8 @@ class Settings:
     llm_timeout_seconds: float = 60.0
     llm_max_retries: int = 2
     llm_max_tokens: int = 1024
+    max_tool_rounds: int = 5
+    tool_timeout_seconds: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     auto_provision: bool = True
     default_plan: str = "free"

@@ -14,9 +14,11 @@ from .interfaces import Channel, Provider
 from .locks import KeyedLocks
 from .plugins import PluginManager, make_plugin_manager
 from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
+from .sessions import Rotation, SessionStore
 from .store import Store, Thread, ThreadPage, ThreadRef, User
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
+from .tools import Tool
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,9 @@ class Gateway:
         self._provider: Provider | None = None
         self._providers: dict[str, Provider] | None = None
         self.channels: dict[str, Channel] = {}
+        self.tools: dict[str, Tool] = {}
         self.counter: TokenCounter
+        self.sessions: SessionStore
         self.secret_box: SecretBox
         self.started = False
 
@@ -62,6 +66,10 @@ class Gateway:
             if channel.name in self.channels:
                 raise PluginError(f"two channels are named {channel.name!r}")
             self.channels[channel.name] = channel
+        for tool in await hooks.collect(self.pm.hook.register_tools, gateway=self):
+            if tool.name in self.tools:
+                raise PluginError(f"two tools are named {tool.name!r}")
+            self.tools[tool.name] = tool
         self._providers = providers
 
     async def start(self) -> None:
@@ -76,6 +84,10 @@ class Gateway:
         self.counter = TokenCounter.for_encoding(self.settings.tokenizer_encoding)
         self.secret_box = SecretBox(load_or_create_key(self.settings.secret_key,
                                                        self.settings.data_dir))
+        self.sessions = SessionStore(
+            self.settings.sessions_dir, idle_minutes=self.settings.session_idle_minutes,
+            max_bytes=self.settings.session_max_file_bytes,
+            count_message=self.counter.chat_message)
         await self.store.open()
         try:
             self._provider = self._providers[wanted]
@@ -195,6 +207,7 @@ class Gateway:
         try:
             await self.existing_thread(ref)
             await self.store.clear_thread(ref.session_key)
+            await self.rotate_session(ref.session_key, "cleared")
         finally:
             lease.release()
 
@@ -204,6 +217,31 @@ class Gateway:
         try:
             await self.existing_thread(ref)
             await self.store.delete_thread(ref.session_key)
+            await self.rotate_session(ref.session_key, "deleted")
+        finally:
+            lease.release()
+
+    # --- sessions ----------------------------------------------------------------------------
+    async def rotate_session(self, session_key: str, reason: str | None) -> Rotation | None:
+        """Archive the session: always with a ``reason``, else only if idle or too large.
+
+        The caller holds the thread's turn lock. Rotation never touches SQLite memory.
+        """
+        if reason is None:
+            rotation = self.sessions.rotate_if_needed(session_key)
+        else:
+            rotation = self.sessions.archive(session_key, reason)
+        if rotation is not None:
+            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
+                                    rotation=rotation)
+        return rotation
+
+    async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
+        """SPEC §5: rotate the thread's session if idle or too large; True if it rotated."""
+        ref = await self.resolve_thread(user_id, thread_id)
+        lease = await self.locks.acquire(ref.session_key)
+        try:
+            return await self.rotate_session(ref.session_key, None) is not None
         finally:
             lease.release()
 

@@ -18,6 +18,8 @@ import pluggy
 if TYPE_CHECKING:
     from .gateway import Gateway
     from .interfaces import Channel, PromptSection, Provider, TurnContext
+    from .sessions import Rotation
+    from .tools import Tool
 
 PROJECT = "cloudybot"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -46,6 +48,18 @@ def register_channels(gateway: Gateway) -> list[Channel]:
     """
 
 
+# --- tools -------------------------------------------------------------------------------
+@hookspec
+def register_tools(gateway: Gateway) -> list[Tool]:
+    """Return the tools the agent may call.
+
+    :param gateway: the running gateway.
+    :return: :class:`gateway.tools.Tool` instances; their schemas go to the provider with every
+        chat call, and ``run(arguments, context)`` is awaited when the model calls them. An
+        exception or a timeout becomes an error result the model reads. Names must be unique.
+    """
+
+
 # --- prompt assembly ---------------------------------------------------------------------
 @hookspec
 def prompt_sections(gateway: Gateway, turn: TurnContext) -> list[PromptSection]:
@@ -66,4 +80,14 @@ def turn_completed(gateway: Gateway, turn: TurnContext, reply: str) -> None:
     :param gateway: the running gateway.
     :param turn: the turn's context.
     :param reply: the reply as stored (credentials redacted).
+    """
+
+
+@hookspec
+def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
+    """Observe a session that was archived (idle, too large, cleared, deleted or by hand).
+
+    :param gateway: the running gateway.
+    :param rotation: the session key, the reason and the archive file. Release any tool
+        resources (browsers, sandboxes) kept for that session.
     """

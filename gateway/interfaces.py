@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .tools import ToolCall
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -44,22 +46,24 @@ class TurnContext:
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One call to an LLM: chat messages in OpenAI's format."""
+    """One call to an LLM: chat messages and tool schemas in OpenAI's format."""
 
     messages: Sequence[dict[str, Any]]
     model: str
     max_tokens: int
     purpose: Literal["chat", "summarize"] = "chat"
+    tools: Sequence[dict[str, Any]] = ()
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A provider's answer. Usage is None when the provider does not report it."""
+    """A provider's answer: text, or tool calls to run. Usage is None when not reported."""
 
     text: str
     model: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 

@@ -9,12 +9,14 @@ the system message and the new user message never are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 from xml.sax.saxutils import escape
 
 from .errors import PayloadTooLarge
 from .interfaces import PromptSection
+from .sessions import ToolExchange
 from .store import StoredMessage
 from .tokens import REPLY_PRIMING, TokenCounter
 
@@ -48,13 +50,15 @@ class PromptInputs:
     recent: Sequence[StoredMessage]
     user_message: str
     user_tokens: int
+    # tool exchanges of this session, by the id of the reply they came before
+    exchanges: Mapping[int, ToolExchange] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Prompt:
     """The messages to send and what they cost."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     system_text: str
     prompt_tokens: int
     dropped: int
@@ -113,15 +117,27 @@ def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> P
             code="context_too_large",
         )
     budget = max_context - fixed
-    kept = 0
-    for message in reversed(inputs.recent):
+    # A reply and the tool calls/results that led to it are one unit: kept or dropped together.
+    units: list[list[dict[str, Any]]] = []
+    costs: list[int] = []
+    for message in inputs.recent:
+        unit: list[dict[str, Any]] = []
         cost = counter.message(message.role, message.tokens)
+        exchange = inputs.exchanges.get(message.id) if message.role == "assistant" else None
+        if exchange is not None:
+            unit.extend(exchange.messages)
+            cost += exchange.tokens
+        unit.append({"role": message.role, "content": message.content})
+        units.append(unit)
+        costs.append(cost)
+    kept = 0
+    for cost in reversed(costs):
         if cost > budget:
             break
         budget -= cost
         kept += 1
-    recent = inputs.recent[len(inputs.recent) - kept:]
-    messages = [{"role": "system", "content": system_text}]
-    messages.extend({"role": m.role, "content": m.content} for m in recent)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_text}]
+    for unit in units[len(units) - kept:]:
+        messages.extend(unit)
     messages.append({"role": "user", "content": inputs.user_message})
-    return Prompt(messages, system_text, max_context - budget, len(inputs.recent) - kept)
+    return Prompt(messages, system_text, max_context - budget, len(units) - kept)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import tiktoken
 
@@ -88,11 +90,23 @@ class TokenCounter:
         """Tokens of one chat message whose content counts ``content_tokens``."""
         return self.message_overhead(role) + content_tokens
 
-    def messages(self, messages: list[dict[str, str]]) -> int:
-        """Tokens of a whole chat request, reply priming included."""
-        total = REPLY_PRIMING
-        for m in messages:
-            total += self.message(m["role"], self.count(m.get("content") or ""))
-            if "name" in m:
-                total += TOKENS_PER_NAME + self.count(m["name"])
+    def chat_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens of one chat message, tool calls and tool-call ids included.
+
+        OpenAI documents no formula for tool calls; like langchain-openai we count each call's
+        name and arguments plus ``TOKENS_PER_MESSAGE``, an estimate that errs high.
+        """
+        total = self.message(message["role"], self.count(message.get("content") or ""))
+        if "name" in message:
+            total += TOKENS_PER_NAME + self.count(message["name"])
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {})
+            total += (TOKENS_PER_MESSAGE + self.count(function.get("name", ""))
+                      + self.count(function.get("arguments", "")))
+        if "tool_call_id" in message:
+            total += TOKENS_PER_MESSAGE + self.count(message["tool_call_id"])
         return total
+
+    def messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Tokens of a whole chat request, reply priming included."""
+        return REPLY_PRIMING + sum(self.chat_message(m) for m in messages)

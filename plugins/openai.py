@@ -23,6 +23,7 @@ from gateway import (
     ProviderTimeout,
     hookimpl,
 )
+from gateway.tools import ToolCall
 
 log = logging.getLogger(__name__)
 BACKOFF_BASE_SECONDS = 0.5
@@ -78,8 +79,10 @@ class OpenAIProvider(Provider):
         """POST the request; retry what is worth retrying; map failures to 502/504."""
         if self._session is None:
             raise ProviderError("the openai provider has not started")
-        payload = {"model": request.model, "messages": list(request.messages),
-                   "max_tokens": request.max_tokens}
+        payload: dict[str, Any] = {"model": request.model, "messages": list(request.messages),
+                                   "max_tokens": request.max_tokens}
+        if request.tools:
+            payload["tools"] = list(request.tools)
         for attempt in range(self.max_retries + 1):
             last_try = attempt == self.max_retries
             try:
@@ -117,10 +120,15 @@ class OpenAIProvider(Provider):
     @staticmethod
     def _parse(body: Any, model: str) -> Completion:
         try:
-            text = body["choices"][0]["message"]["content"]
+            message = body["choices"][0]["message"]
+            text = message.get("content") or ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
-        except (KeyError, IndexError, TypeError) as exc:
+            tool_calls = tuple(
+                ToolCall(str(call["id"]), str(call["function"]["name"]),
+                         call["function"].get("arguments") or "{}")
+                for call in message.get("tool_calls") or ())
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ProviderError(f"the LLM provider's answer is malformed ({exc})") from None
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         prompt_tokens = usage.get("prompt_tokens")
@@ -130,6 +138,7 @@ class OpenAIProvider(Provider):
             model=body.get("model") if isinstance(body.get("model"), str) else model,
             prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
             completion_tokens=completion_tokens if isinstance(completion_tokens, int) else None,
+            tool_calls=tool_calls,
             raw=body,
         )
 

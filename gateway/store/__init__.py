@@ -20,6 +20,7 @@ from .records import (
     ThreadRef,
     TurnCommit,
     TurnState,
+    TurnWritten,
     User,
 )
 
@@ -89,8 +90,8 @@ class Store(Protocol):
                         specialist: str | None) -> TurnState:
         """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
 
-    async def commit_turn(self, commit: TurnCommit) -> int:
-        """Write a turn (messages, display, ledger, balance); return the stored message count."""
+    async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
+        """Write a turn (messages, display, ledger, balance); return counts and message ids."""
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
@@ -134,5 +135,6 @@ __all__ = [
     "ThreadRef",
     "TurnCommit",
     "TurnState",
+    "TurnWritten",
     "User",
 ]

@@ -105,7 +105,15 @@ class TurnCommit:
     ref: ThreadRef
     billed_user: str
     messages: list[NewMessage]
-    charge: Charge
+    charges: list[Charge]
+
+
+@dataclass(frozen=True)
+class TurnWritten:
+    """What committing a turn produced."""
+
+    stored_messages: int
+    message_ids: list[int]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from .records import (
     ThreadRef,
     TurnCommit,
     TurnState,
+    TurnWritten,
     User,
 )
 
@@ -347,24 +348,25 @@ class SQLiteStore:
                              instructions, credentials)
         return await self._read(run)
 
-    async def commit_turn(self, commit: TurnCommit) -> int:
-        """Write a turn (messages, display, ledger, balance); return the stored message count."""
-        def run(conn: sqlite3.Connection) -> int:
+    async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
+        """Write a turn (messages, display, ledger, balance); return counts and message ids."""
+        def run(conn: sqlite3.Connection) -> TurnWritten:
             now = utc_now()
             pk = _ensure_thread(conn, commit.ref, now)
-            conn.executemany(
+            ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
-                [(pk, m.role, m.content, m.tokens) for m in commit.messages],
-            )
+                (pk, m.role, m.content, m.tokens)).lastrowid for m in commit.messages]
             conn.executemany(
                 "INSERT INTO display_messages (thread, role, content, created_at)"
                 " VALUES (?, ?, ?, ?)",
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
-            _charge(conn, commit.billed_user, commit.ref.session_key, commit.charge, now)
+            for charge in commit.charges:
+                _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
             conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
-            return conn.execute("SELECT count(*) FROM messages WHERE thread = ?",
-                                (pk,)).fetchone()[0]
+            count = conn.execute("SELECT count(*) FROM messages WHERE thread = ?",
+                                 (pk,)).fetchone()[0]
+            return TurnWritten(count, [i for i in ids if i is not None])
         return await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:

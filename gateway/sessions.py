@@ -1,0 +1,292 @@
+"""Agent sessions: one JSONL file per conversation key, rotated when idle or too large.
+
+``{data_dir}/sessions/{enc(key)}.jsonl``; the first line is a header, every later line one event
+with ``type`` and ``ts``. Appends are one ``write`` of whole lines to an ``O_APPEND`` descriptor.
+Size and last activity live in memory after the first touch (one ``stat``), so the per-turn
+rotation check and append never read the file. The tool exchanges of recent turns are indexed in
+memory too (rebuilt from the file, at most ``SESSION_MAX_FILE_BYTES``, once per process), so a
+turn replays them without reading the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+SUFFIX = ".jsonl"
+MAX_INDEXED_SESSIONS = 1024
+CountMessage = Callable[[Mapping[str, Any]], int]
+
+
+def encode_key(key: str) -> str:
+    """The file-name form of a session key: ``[A-Za-z0-9._-]`` kept, every other byte ``%XX``."""
+    # "." and ".." keep their dots: with the suffix they are plain names ("..jsonl").
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8"))
+
+
+def decode_key(name: str) -> str:
+    """Invert :func:`encode_key`."""
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        if name[i] == "%":
+            raw.append(int(name[i + 1:i + 3], 16))
+            i += 3
+        else:
+            raw.append(ord(name[i]))
+            i += 1
+    return raw.decode("utf-8")
+
+
+def iso_utc(epoch: float) -> str:
+    """An ISO-8601 UTC timestamp."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace(
+        "+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class ToolExchange:
+    """The tool calls and results that came before one assistant reply, ready to replay."""
+
+    messages: tuple[dict[str, Any], ...]
+    tokens: int
+
+
+@dataclass
+class _Session:
+    path: Path
+    size: int
+    last_activity: float
+    # assistant message id -> the tool exchange that preceded that reply
+    exchanges: dict[int, ToolExchange] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A rotated session: why, and where the old file went."""
+
+    key: str
+    reason: str
+    archive: Path
+
+
+class SessionStore:
+    """Session files under ``root`` with O(1) appends and rotation checks."""
+
+    def __init__(self, root: Path, *, idle_minutes: float, max_bytes: int,
+                 count_message: CountMessage, clock: Callable[[], float] = time.time) -> None:
+        self.root = root
+        self.count_message = count_message
+        self.archive_dir = root / "archive"
+        self.idle_seconds = idle_minutes * 60
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.archive_dir.mkdir(exist_ok=True)
+
+    def path_for(self, key: str) -> Path:
+        """Where the session file of ``key`` lives (it cannot escape ``root``)."""
+        return self.root / (encode_key(key) + SUFFIX)
+
+    # --- state --------------------------------------------------------------------------
+    def _session(self, key: str) -> _Session:
+        session = self._sessions.get(key)
+        if session is not None:
+            self._sessions.move_to_end(key)
+            return session
+        path = self.path_for(key)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            session = _Session(path, 0, self.clock())
+        else:
+            session = _Session(path, stat.st_size, stat.st_mtime)
+            self._terminate_torn_line(session)
+            session.exchanges = self._index(path, self.count_message)
+        self._sessions[key] = session
+        if len(self._sessions) > MAX_INDEXED_SESSIONS:
+            self._sessions.popitem(last=False)
+        return session
+
+    @staticmethod
+    def _terminate_torn_line(session: _Session) -> None:
+        """After a crash mid-write, end the torn line so the next append starts clean."""
+        if session.size == 0:
+            return
+        with session.path.open("rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) == b"\n":
+                return
+        with session.path.open("ab") as handle:
+            handle.write(b"\n")
+        session.size += 1
+
+    @staticmethod
+    def _index(path: Path, count_message: CountMessage) -> dict[int, ToolExchange]:
+        """Rebuild the tool exchanges from ``tool_calls`` / ``tool_result`` events."""
+        grouped: dict[int, list[dict[str, Any]]] = {}
+        for event in read_events(path):
+            reply_id = event.get("replyId")
+            if not isinstance(reply_id, int):
+                continue
+            if event.get("type") == "tool_calls" and isinstance(event.get("calls"), list):
+                grouped.setdefault(reply_id, []).append({
+                    "role": "assistant", "content": event.get("content"),
+                    "tool_calls": [{"id": c.get("id"), "type": "function",
+                                    "function": {"name": c.get("name"),
+                                                 "arguments": c.get("arguments")}}
+                                   for c in event["calls"] if isinstance(c, dict)]})
+            elif event.get("type") == "tool_result":
+                grouped.setdefault(reply_id, []).append({
+                    "role": "tool", "tool_call_id": event.get("toolCallId"),
+                    "content": event.get("content")})
+        exchanges = {}
+        for reply_id, messages in grouped.items():
+            if complete_exchange(messages):
+                tokens = sum(count_message(m) for m in messages)
+                exchanges[reply_id] = ToolExchange(tuple(messages), tokens)
+        return exchanges
+
+    # --- rotation -----------------------------------------------------------------------------
+    def rotation_due(self, key: str) -> str | None:
+        """Why the session must rotate now (``idle`` or ``size``), or None. Never reads the file."""
+        session = self._session(key)
+        if session.size == 0:
+            return None
+        if session.size > self.max_bytes:
+            return "size"
+        if self.clock() - session.last_activity > self.idle_seconds:
+            return "idle"
+        return None
+
+    def rotate_if_needed(self, key: str) -> Rotation | None:
+        """Archive the session if it is idle or too large; return what happened."""
+        reason = self.rotation_due(key)
+        return self.archive(key, reason) if reason else None
+
+    def archive(self, key: str, reason: str = "manual") -> Rotation | None:
+        """Move the session file to ``archive/`` and forget its state; None if there is none."""
+        path = self.path_for(key)
+        self._sessions.pop(key, None)
+        if not path.exists():
+            return None
+        stamp = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.archive_dir / f"{encode_key(key)}.{stamp}{SUFFIX}"
+        suffix = 1
+        while target.exists():
+            target = self.archive_dir / f"{encode_key(key)}.{stamp}-{suffix}{SUFFIX}"
+            suffix += 1
+        os.replace(path, target)
+        return Rotation(key, reason, target)
+
+    def delete_all(self, key: str) -> int:
+        """Delete the session file and every archive of ``key``; return how many files went."""
+        self._sessions.pop(key, None)
+        removed = 0
+        prefix = encode_key(key) + "."
+        candidates = [self.path_for(key)] + [
+            p for p in self.archive_dir.iterdir() if p.name.startswith(prefix)
+            and _archived_key(p.name) == encode_key(key)]
+        for path in candidates:
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    # --- appends --------------------------------------------------------------------------------
+    def append(self, key: str, user_id: str, thread_id: str,
+               events: Sequence[dict[str, Any]],
+               exchange: tuple[int, ToolExchange] | None = None) -> None:
+        """Append events (each gets ``ts``) as whole lines in one write; header first if new.
+
+        ``exchange`` is the turn's tool exchange, keyed by its reply's message id, for replay.
+        """
+        session = self._session(key)
+        now = self.clock()
+        ts = iso_utc(now)
+        lines = []
+        if session.size == 0:
+            lines.append({"type": "session", "key": key, "userId": user_id,
+                          "threadId": thread_id, "createdAt": ts})
+        lines.extend({**event, "ts": ts} for event in events)
+        data = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+                       for line in lines).encode("utf-8")
+        fd = os.open(session.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        session.size += len(data)
+        session.last_activity = now
+        if exchange is not None:
+            session.exchanges[exchange[0]] = exchange[1]
+
+    def exchanges(self, key: str) -> dict[int, ToolExchange]:
+        """Tool exchanges of this session by the id of the reply they preceded."""
+        return self._session(key).exchanges
+
+    def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
+        """Drop indexed exchanges whose replies left rolling memory (bounded memory)."""
+        session = self._sessions.get(key)
+        if session is not None:
+            for reply_id in [i for i in session.exchanges if i < first_kept_id]:
+                del session.exchanges[reply_id]
+
+    # --- listing ------------------------------------------------------------------------------
+    def list_sessions(self) -> Iterator[tuple[str, int, float]]:
+        """``(key, size, mtime)`` of every active session file."""
+        for path in sorted(self.root.glob(f"*{SUFFIX}")):
+            stat = path.stat()
+            yield decode_key(path.name[: -len(SUFFIX)]), stat.st_size, stat.st_mtime
+
+    def archives_of(self, key: str) -> list[Path]:
+        """The archived files of ``key``, oldest first."""
+        return sorted(p for p in self.archive_dir.iterdir()
+                      if _archived_key(p.name) == encode_key(key))
+
+
+def complete_exchange(messages: Sequence[dict[str, Any]]) -> bool:
+    """True if every tool call has its result and no result lacks its call."""
+    calls = {c.get("id") for m in messages for c in m.get("tool_calls") or ()}
+    results = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    return bool(calls) and calls == results
+
+
+def _archived_key(name: str) -> str:
+    """The encoded key of an archive file name ``{enc}.{stamp}.jsonl``."""
+    stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+    return stem.rsplit(".", 2)[0] if stem.count(".") >= 2 else stem
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every well-formed event of a session file; a torn or corrupt line is skipped."""
+    events = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            log.warning("%s:%d is not a whole JSON line (torn write?); skipped", path, number)
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events

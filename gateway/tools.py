@@ -1,0 +1,91 @@
+"""Tools the agent can call: what a tool is, and running one safely.
+
+A tool error or timeout becomes a result the model can read; it never crashes the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+MAX_RESULT_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who called a tool and where: handed to every tool run."""
+
+    user_id: str
+    thread_id: str
+    session_key: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call.
+
+    :param name: unique, ``[a-zA-Z0-9_-]{1,64}`` (OpenAI's rule).
+    :param description: what it does, for the model.
+    :param parameters: a JSON schema object for the arguments.
+    :param run: ``async (arguments, context) -> str`` (a dict result is sent as JSON).
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    run: Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+
+    def schema(self) -> dict[str, Any]:
+        """The tool in OpenAI's ``tools`` format."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description,
+            "parameters": dict(self.parameters)}}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for; ``arguments`` is the raw JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_message_part(self) -> dict[str, Any]:
+        """The call as it appears in an assistant message's ``tool_calls``."""
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def _as_text(result: Any) -> str:
+    text = result if isinstance(result, str) else json.dumps(result, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"... [truncated, {len(text)} characters in all]"
+    return text
+
+
+async def run_tool(tools: Mapping[str, Tool], call: ToolCall, context: ToolContext,
+                   timeout: float) -> str:
+    """Run one call and return the text the model will read (errors included)."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return f"error: there is no tool named {call.name!r}"
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"error: the arguments are not valid JSON ({exc.msg})"
+    if not isinstance(arguments, dict):
+        return "error: the arguments must be a JSON object"
+    try:
+        result = await asyncio.wait_for(tool.run(arguments, context), timeout)
+    except TimeoutError:
+        log.warning("tool %s timed out after %.1f s", call.name, timeout)
+        return f"error: the tool {call.name} did not finish within {timeout:g} seconds"
+    except Exception as exc:
+        log.warning("tool %s failed: %s: %s", call.name, type(exc).__name__, exc)
+        return f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}"
+    return _as_text(result)
