@@ -170,7 +170,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due."""
     settings = gw.settings
-    state = await gw.store.load_turn(ref.session_key, user_id, specialist)
+    state = await gw.store.load_turn(ref, user_id, specialist)
     if specialist is not None and state.specialist_instructions is None:
         raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
     if state.user.credits <= 0:

@@ -72,9 +72,9 @@ def render_pinned(pinned: dict[str, str]) -> str:
 
 
 def render_credentials(credentials: Iterable[Credential]) -> str:
-    """Section 5's browser hint listing saved logins."""
-    lines = "\n".join(f"- {escape(c.site)}: username {escape(c.username)}, "
-                      f"password {escape(c.password)}" for c in credentials)
+    """Section 5's browser hint listing saved logins, verbatim (the tool needs exact values)."""
+    lines = "\n".join(f"- {c.site}: username {c.username}, password {c.password}"
+                      for c in credentials)
     return ("Saved browser logins, for the browser tool only (never repeat a password to the "
             f"user):\n{lines}")
 

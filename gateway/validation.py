@@ -47,10 +47,15 @@ def name(value: object, what: str = "name") -> str:
 
 
 def user_id(value: object) -> str:
-    """An account id: 1-128 of ``[A-Za-z0-9_.:@-]`` without ``--`` (it separates session keys)."""
-    if not isinstance(value, str) or not USER_ID.fullmatch(value) or "--" in value:
+    """An account id: 1-128 of ``[A-Za-z0-9_.:@-]``, no ``--``, not ending in ``-``.
+
+    ``{userId}--{threadId}`` must name one thread only: with no ``--`` in the user id and no
+    ``-`` at its end, the first ``--`` of a session key always ends the user id.
+    """
+    if (not isinstance(value, str) or not USER_ID.fullmatch(value) or "--" in value
+            or value.endswith("-")):
         raise BadRequest("user id must be 1-128 characters of A-Z a-z 0-9 _ . : @ - "
-                         "without '--'", code="invalid_user_id")
+                         "without '--' and not ending in '-'", code="invalid_user_id")
     return value
 
 

@@ -35,10 +35,9 @@ def int_param(request: web.Request, name: str, default: int | None, *, low: int,
     raw = request.query.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", code=f"invalid_{name}") from None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        raise BadRequest(f"{name} must be a whole number", code=f"invalid_{name}")
+    value = int(raw)
     if not low <= value <= high:
         raise BadRequest(f"{name} must be between {low} and {high}", code=f"invalid_{name}")
     return value

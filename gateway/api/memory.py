@@ -18,7 +18,7 @@ async def get_memory(request: web.Request) -> web.Response:
     """All pinned keys of the thread (``{}`` for a thread not used yet)."""
     gateway, _ = caller(request)
     ref = await thread_from_query(request)
-    return _memory(ref, await gateway.store.get_pinned(ref.session_key))
+    return _memory(ref, await gateway.store.get_pinned(ref))
 
 
 async def put_memory(request: web.Request) -> web.Response:
@@ -39,4 +39,4 @@ async def delete_memory(request: web.Request) -> web.Response:
     key = request.query.get("key")
     if key is not None:
         validation.memory_key(key)
-    return _memory(ref, await gateway.store.delete_pinned(ref.session_key, key))
+    return _memory(ref, await gateway.store.delete_pinned(ref, key))

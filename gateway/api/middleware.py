@@ -69,7 +69,7 @@ async def read_json_object(request: web.Request) -> dict[str, object]:
     raw = await request.read()
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise BadRequest("the body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")

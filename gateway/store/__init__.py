@@ -62,14 +62,14 @@ class Store(Protocol):
     async def list_threads(self, user_id: str) -> list[Thread]:
         """The user's threads, most recently updated first."""
 
-    async def get_pinned(self, session_key: str) -> dict[str, str]:
+    async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""
 
     async def put_pinned(self, ref: ThreadRef, key: str, value: str,
                          max_keys: int) -> dict[str, str]:
         """Upsert one pinned key, creating the thread if needed; return all keys."""
 
-    async def delete_pinned(self, session_key: str, key: str | None) -> dict[str, str]:
+    async def delete_pinned(self, ref: ThreadRef, key: str | None) -> dict[str, str]:
         """Delete one pinned key, or all when ``key`` is None; return what remains."""
 
     async def clear_thread(self, session_key: str) -> bool:
@@ -86,9 +86,14 @@ class Store(Protocol):
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
 
     # --- turns ---------------------------------------------------------------
-    async def load_turn(self, session_key: str, user_id: str,
+    async def load_turn(self, ref: ThreadRef, user_id: str,
                         specialist: str | None) -> TurnState:
-        """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
+        """Everything a turn reads, in one call.
+
+        ``user_id`` is who is billed (in a group chat not always the owner). Raise ``NotFound``
+        if there is no such account, or if the thread belongs to someone other than ``ref``'s
+        owner.
+        """
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
         """Write a turn (messages, display, ledger, balance); return counts and message ids."""

@@ -59,13 +59,24 @@ def _thread_pk(conn: sqlite3.Connection, session_key: str) -> int | None:
     return row[0] if row else None
 
 
+def _owned_pk(conn: sqlite3.Connection, ref: ThreadRef) -> int | None:
+    """The thread's row id, None if it does not exist; NotFound if someone else owns it."""
+    row = conn.execute("SELECT id, user_id FROM threads WHERE session_key = ?",
+                       (ref.session_key,)).fetchone()
+    if row is None:
+        return None
+    if row[1] != ref.user_id:
+        raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+    return int(row[0])
+
+
 def _ensure_thread(conn: sqlite3.Connection, ref: ThreadRef, now: str) -> int:
     conn.execute(
         "INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key) DO NOTHING",
         (ref.session_key, ref.user_id, ref.thread_id, ref.channel, now, now),
     )
-    pk = _thread_pk(conn, ref.session_key)
+    pk = _owned_pk(conn, ref)
     assert pk is not None
     return pk
 
@@ -227,10 +238,10 @@ class SQLiteStore:
             return [_thread(row) for row in rows.fetchall()]
         return await self._read(run)
 
-    async def get_pinned(self, session_key: str) -> dict[str, str]:
+    async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""
         def run(conn: sqlite3.Connection) -> dict[str, str]:
-            return _pinned(conn, _thread_pk(conn, session_key))
+            return _pinned(conn, _owned_pk(conn, ref))
         return await self._read(run)
 
     async def put_pinned(self, ref: ThreadRef, key: str, value: str,
@@ -254,10 +265,10 @@ class SQLiteStore:
             return dict(sorted(pinned.items()))
         return await self._transaction(run)
 
-    async def delete_pinned(self, session_key: str, key: str | None) -> dict[str, str]:
+    async def delete_pinned(self, ref: ThreadRef, key: str | None) -> dict[str, str]:
         """Delete one pinned key, or all when ``key`` is None; return what remains."""
         def run(conn: sqlite3.Connection) -> dict[str, str]:
-            pk = _thread_pk(conn, session_key)
+            pk = _owned_pk(conn, ref)
             if pk is None:
                 return {}
             if key is None:
@@ -319,7 +330,7 @@ class SQLiteStore:
         return await self._read(run)
 
     # --- turns ------------------------------------------------------------------
-    async def load_turn(self, session_key: str, user_id: str,
+    async def load_turn(self, ref: ThreadRef, user_id: str,
                         specialist: str | None) -> TurnState:
         """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> TurnState:
@@ -328,8 +339,10 @@ class SQLiteStore:
             if user_row is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
             row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
-                               (session_key,)).fetchone()
+                               (ref.session_key,)).fetchone()
             pk, thread = (row[0], _thread(row[1:])) if row else (None, None)
+            if thread is not None and thread.ref.user_id != ref.user_id:
+                raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             messages = [] if pk is None else [
                 StoredMessage(*r) for r in conn.execute(
                     "SELECT id, role, content, tokens FROM messages WHERE thread = ? ORDER BY id",
