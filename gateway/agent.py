@@ -83,11 +83,12 @@ async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
     return completion
 
 
-def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]]) -> tuple[int, int]:
+def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]],
+           reserved_tokens: int = 0) -> tuple[int, int]:
     """Prompt and completion tokens as reported, or counted with tiktoken when not."""
     prompt = completion.prompt_tokens
     if prompt is None:
-        prompt = gw.counter.messages(messages)
+        prompt = gw.counter.messages(messages) + reserved_tokens
     done = completion.completion_tokens
     if done is None:
         done = gw.counter.count(completion.text) + sum(
@@ -100,13 +101,13 @@ async def _run_agent(gw: Gateway, turn: TurnContext, messages: list[dict[str, An
                      prompt_tokens: int, secrets: tuple[str, ...]) -> _AgentRun:
     """Call the provider; while it asks for tools, run them and call again (bounded)."""
     settings = gw.settings
-    schemas = [tool.schema() for tool in gw.tools.values()]
+    schemas = gw.tool_schemas
     context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
     run = _AgentRun()
     for round_number in range(settings.max_tool_rounds + 1):
         completion = await _call_provider(gw, CompletionRequest(
             list(messages), settings.llm_model, settings.llm_max_tokens, tools=schemas))
-        used_prompt, used_completion = _usage(gw, completion, messages)
+        used_prompt, used_completion = _usage(gw, completion, messages, gw.tool_schema_tokens)
         run.prompt_tokens += used_prompt
         run.completion_tokens += used_completion
         run.charges.append(charge_for(settings, "chat" if round_number == 0 else "tool_round",
@@ -196,6 +197,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
             user_message=message,
             user_tokens=gw.counter.count(message),
             exchanges=gw.sessions.exchanges(ref.session_key),
+            reserved_tokens=gw.tool_schema_tokens,
         ),
         gw.counter,
         settings.max_context,

@@ -49,9 +49,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     gateway = Gateway(settings)
-    print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}, "
-          f"data: {settings.data_dir})", flush=True)
-    web.run_app(build_app(gateway), host=host, port=port, print=None)
+
+    def started(_: str) -> None:
+        print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}, "
+              f"data: {settings.data_dir})", flush=True)
+
+    try:
+        web.run_app(build_app(gateway), host=host, port=port, print=started)
+    except OSError as exc:
+        raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return 0
 
 

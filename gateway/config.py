@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,11 @@ class Price:
     prompt: float
     completion: float
 
+
+PLAN_FIELDS = ("credits", "browser_minutes", "retention_days", "requests_per_minute")
+PRICE_FIELDS = ("prompt", "completion")
+# Tables whose keys are names chosen by the operator.
+FREE_TABLES = ("plans", "prices", "plugins")
 
 DEFAULT_PLANS = {
     "free": Plan("free", credits=1000, browser_minutes=30, retention_days=30,
@@ -222,6 +227,8 @@ class Settings:
     default_plan: str = "free"
     plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
     prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # [plugins.NAME] tables, for third-party plugins' own settings
+    plugin_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def price_for(self, *models: str) -> Price:
         """The price of the first of ``models`` that has one, else the ``default`` price."""
@@ -258,14 +265,22 @@ def _parse(option: Option, raw: Any, origin: str) -> Any:
         raise ConfigError(f"{origin} {exc}, got {raw!r}") from None
 
 
+def _table(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    table = document.get(name, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[{name}] must be a table, got {table!r}")
+    return table
+
+
 def _plans(table: Mapping[str, Any]) -> dict[str, Plan]:
     plans = dict(DEFAULT_PLANS)
     for name, spec in table.items():
         if not isinstance(spec, Mapping):
             raise ConfigError(f"[plans.{name}] must be a table")
+        _no_unknown_keys(spec, f"plans.{name}", PLAN_FIELDS)
         base = plans.get(name, Plan(name, 0, 0, 30, 0))
         values = {}
-        for attr in ("credits", "browser_minutes", "retention_days", "requests_per_minute"):
+        for attr in PLAN_FIELDS:
             raw = spec.get(attr, getattr(base, attr))
             if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
                 raise ConfigError(f"[plans.{name}] {attr} must be a whole number >= 0, got {raw!r}")
@@ -279,20 +294,41 @@ def _prices(table: Mapping[str, Any]) -> dict[str, Price]:
     for model, spec in table.items():
         if not isinstance(spec, Mapping):
             raise ConfigError(f"[prices.{model!r}] must be a table")
+        _no_unknown_keys(spec, f"prices.{model!r}", PRICE_FIELDS)
+        base = prices.get(model, Price(0.0, 0.0))
         values = {}
-        for attr in ("prompt", "completion"):
-            raw = spec.get(attr, 0)
-            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
-                raise ConfigError(f"[prices.{model!r}] {attr} must be a number >= 0, got {raw!r}")
+        for attr in PRICE_FIELDS:
+            raw = spec.get(attr, getattr(base, attr))
+            if (isinstance(raw, bool) or not isinstance(raw, int | float)
+                    or not 0 <= raw < float("inf")):
+                raise ConfigError(f"[prices.{model!r}] {attr} must be a finite number >= 0, "
+                                  f"got {raw!r}")
             values[attr] = float(raw)
         prices[model] = Price(**values)
     return prices
+
+
+def _no_unknown_keys(table: Mapping[str, Any], where: str, known: Iterable[str]) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ConfigError(f"[{where}] has unknown key(s): {', '.join(unknown)}")
+
+
+def _check_document(document: Mapping[str, Any]) -> None:
+    """Typos are errors: every section and key of the file must be known."""
+    sections: dict[str, set[str]] = {}
+    for option in OPTIONS:
+        sections.setdefault(option.section, set()).add(option.key)
+    _no_unknown_keys(document, "the file", [*sections, *FREE_TABLES])
+    for section, keys in sections.items():
+        _no_unknown_keys(_table(document, section), section, keys)
 
 
 def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """Build Settings from defaults, then ``path`` (TOML), then ``env`` (defaults to os.environ)."""
     env = os.environ if env is None else env
     document = _read_toml(path) if path is not None else {}
+    _check_document(document)
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw, origin = option.default, option.env
@@ -309,8 +345,11 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
         uses_openai = values["llm_base_url"] or env.get("OPENAI_API_KEY")
         values["llm_provider"] = "openai" if uses_openai else "offline"
     values["llm_base_url"] = (values["llm_base_url"] or OPENAI_BASE_URL).rstrip("/")
-    values["plans"] = _plans(document.get("plans", {}))
-    values["prices"] = _prices(document.get("prices", {}))
+    values["plans"] = _plans(_table(document, "plans"))
+    values["prices"] = _prices(_table(document, "prices"))
+    values["plugin_config"] = {name: dict(table) for name, table
+                               in _table(document, "plugins").items()
+                               if isinstance(table, Mapping)}
 
     if values["keep_recent"] >= values["summarize_at"]:
         raise ConfigError(

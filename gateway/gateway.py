@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -47,6 +48,8 @@ class Gateway:
         self._providers: dict[str, Provider] | None = None
         self.channels: dict[str, Channel] = {}
         self.tools: dict[str, Tool] = {}
+        self.tool_schemas: list[dict[str, Any]] = []
+        self.tool_schema_tokens = 0
         self.counter: TokenCounter
         self.sessions: SessionStore
         self.secret_box: SecretBox
@@ -82,6 +85,10 @@ class Gateway:
             raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "
                               f"(loaded: {known})")
         self.counter = TokenCounter.for_encoding(self.settings.tokenizer_encoding)
+        self.tool_schemas = [tool.schema() for tool in self.tools.values()]
+        # Schemas are sent with every chat call: count them once, against MAX_CONTEXT.
+        self.tool_schema_tokens = (self.counter.count(json.dumps(self.tool_schemas))
+                                   if self.tool_schemas else 0)
         self.secret_box = SecretBox(load_or_create_key(self.settings.secret_key,
                                                        self.settings.data_dir))
         self.sessions = SessionStore(

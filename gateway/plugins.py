@@ -58,10 +58,17 @@ def load_entry_point_plugins(pm: PluginManager) -> list[str]:
                           entry_point.value)
             skipped.append(entry_point.name)
             continue
+        try:
+            pm.check_pending()  # a misspelled hook name fails here, for this plugin only
+        except pluggy.PluginValidationError:
+            pm.unregister(plugin)
+            log.exception("plugin %r (%s) implements an unknown hook; skipped",
+                          entry_point.name, entry_point.value)
+            skipped.append(entry_point.name)
+            continue
         if entry_point.dist is not None:
             pm.distributions[entry_point.name] = (
                 f"{entry_point.dist.name} {entry_point.dist.version}")
-    pm.check_pending()
     return skipped
 
 

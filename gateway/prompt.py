@@ -52,6 +52,8 @@ class PromptInputs:
     user_tokens: int
     # tool exchanges of this session, by the id of the reply they came before
     exchanges: Mapping[int, ToolExchange] = field(default_factory=dict)
+    # tokens sent besides the messages (the tool schemas)
+    reserved_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,12 @@ def system_sections(inputs: PromptInputs) -> list[str]:
 def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> Prompt:
     """Build the prompt; drop the oldest recent messages until it fits, or raise 413."""
     system_text = "\n\n".join(system_sections(inputs))
-    fixed = (REPLY_PRIMING
+    fixed = (REPLY_PRIMING + inputs.reserved_tokens
              + counter.message("system", counter.count(system_text))
              + counter.message("user", inputs.user_tokens))
     if fixed > max_context:
         raise PayloadTooLarge(
-            f"the system prompt and the message need {fixed} tokens, over MAX_CONTEXT "
+            f"the system prompt, tools and message need {fixed} tokens, over MAX_CONTEXT "
             f"({max_context}); shorten the message or the pinned memory",
             code="context_too_large",
         )

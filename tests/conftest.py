@@ -77,9 +77,14 @@ class Harness:
 
 
 @pytest.fixture
-def start_gateway(aiohttp_client: Any, make_settings: Callable[..., Settings],
+def start_gateway(fake_llm: FakeLLM, aiohttp_client: Any,
+                  make_settings: Callable[..., Settings],
                   pm: PluginManager) -> Callable[..., Awaitable[Harness]]:
-    """Start a gateway (settings overridable) and return a Harness."""
+    """Start a gateway (settings overridable) and return a Harness.
+
+    ``fake_llm`` comes first so that it is torn down last: the gateway stops (and drains its
+    background summarizations) while the fake can still answer.
+    """
     async def start(**overrides: Any) -> Harness:
         gateway = Gateway(make_settings(**overrides), pm)
         client = await aiohttp_client(await build_app(gateway))

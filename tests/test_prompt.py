@@ -115,7 +115,8 @@ def test_rotation_hint_goes_in_section_five() -> None:
 
 
 async def test_max_context_drops_oldest_over_http_and_keeps_them_stored(
-        start_gateway, fake_llm: FakeLLM) -> None:
+        start_gateway, fake_llm: FakeLLM, pm) -> None:
+    pm.unregister(name="tools")  # no tool schemas: the whole budget is for messages
     harness = await start_gateway(max_context=250)
     auth = await harness.user()
     for i in range(4):
@@ -123,6 +124,7 @@ async def test_max_context_drops_oldest_over_http_and_keeps_them_stored(
         assert response.status == 200
     sent = fake_llm.requests[-1].messages
     counter = harness.gateway.counter
+    assert "tools" not in fake_llm.requests[-1].body
     assert counter.messages(sent) <= 250
     assert sent[-1]["content"].startswith("turn 3:")
     history = [m["content"] for m in sent[1:-1]]
@@ -147,3 +149,19 @@ async def test_system_and_message_alone_over_budget_is_413_and_stores_nothing(
     assert (await harness.client.get("/api/threads/t1", headers=auth)).status == 404
     after = (await (await harness.client.get("/api/user/credits", headers=auth)).json())
     assert after == before
+
+
+async def test_tool_schemas_count_against_max_context(start_gateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    schema_tokens = harness.gateway.tool_schema_tokens
+    assert schema_tokens > 0
+    assert fake_llm.requests == []
+    auth = await harness.user()
+    await harness.chat(auth, "hi")
+    body = fake_llm.requests[-1].body
+    assert {t["function"]["name"] for t in body["tools"]} == {"calculator", "current_time"}
+    fits = harness.gateway.counter.messages(body["messages"]) + schema_tokens
+    small = await start_gateway(max_context=fits - 1)
+    auth = await small.user("bob")
+    response = await small.chat(auth, "hi")
+    assert response.status == 413
