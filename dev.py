@@ -62,8 +62,9 @@ def main(args: list[str]) -> int:
             subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "-e",
                             str(extra.parent)], cwd=ROOT, check=True)
         lint = _run([str(BIN / "ruff"), "check", "gateway", "channels", "plugins", "tests"])
+        types = _run([str(BIN / "mypy"), "gateway"])
         tests = _run([str(PYTHON), "-m", "pytest", *rest])
-        return lint or tests
+        return lint or types or tests
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -16,7 +16,7 @@ from .locks import KeyedLocks
 from .plugins import PluginManager, make_plugin_manager
 from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
 from .sessions import Rotation, SessionStore
-from .store import Store, Thread, ThreadPage, ThreadRef, User
+from .store import Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
 from .tools import Tool
@@ -201,7 +201,7 @@ class Gateway:
         return thread
 
     async def thread_page(self, ref: ThreadRef, limit: int,
-                          before: int | None) -> tuple[Thread, list, ThreadPage]:
+                          before: int | None) -> tuple[Thread, list[StoredMessage], ThreadPage]:
         """A thread with its rolling memory and one page of its display transcript."""
         thread = await self.existing_thread(ref)
         _, messages = await self.store.rolling_memory(ref.session_key)

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from .. import validation
 from ..errors import NotFound
+from ..store import SecretRecord
 from .context import caller
 from .middleware import read_json_object
 
@@ -63,7 +64,8 @@ async def delete_specialist(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-async def _credential_list(request: web.Request, records: list) -> web.Response:
+async def _credential_list(request: web.Request,
+                           records: list[SecretRecord]) -> web.Response:
     gateway, user = caller(request)
     listed = []
     for record in records:

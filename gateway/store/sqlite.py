@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 
@@ -44,11 +44,11 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _user(row: sqlite3.Row | tuple) -> User:
+def _user(row: sqlite3.Row | tuple[Any, ...]) -> User:
     return User(*row)
 
 
-def _thread(row: sqlite3.Row | tuple) -> Thread:
+def _thread(row: sqlite3.Row | tuple[Any, ...]) -> Thread:
     user_id, thread_id, key, channel, summary, tokens, version, created, updated = row
     return Thread(ThreadRef(user_id, thread_id, key, channel), summary, tokens, version,
                   created, updated)
@@ -148,7 +148,7 @@ class SQLiteStore:
             conn.execute("COMMIT")
             return result
 
-        return await db._execute(run)
+        return cast(T, await db._execute(run))  # type: ignore[no-untyped-call]
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
