@@ -1,9 +1,10 @@
-"""The ``cloudybot`` command: serve, users add|grant|token, plugins."""
+"""The ``cloudybot`` command: serve, users add|grant|token, sessions list|show|rotate, plugins."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -18,7 +19,9 @@ from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
 from .plugins import describe_plugins, make_plugin_manager
+from .sessions import SessionStore, iso_utc, read_events
 from .store.sqlite import SQLiteStore
+from .tokens import TokenCounter
 
 T = TypeVar("T")
 
@@ -89,6 +92,44 @@ def cmd_users_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _session_store(settings: Settings) -> SessionStore:
+    counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
+    return SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
+                        max_bytes=settings.session_max_file_bytes,
+                        count_message=counter.chat_message)
+
+
+def cmd_sessions_list(args: argparse.Namespace) -> int:
+    """List active session files: key, size, last activity, archived files."""
+    sessions = _session_store(_settings(args))
+    rows = list(sessions.list_sessions())
+    for key, size, mtime in rows:
+        print(f"{key}\t{size} bytes\tlast activity {iso_utc(mtime)}\t"
+              f"{len(sessions.archives_of(key))} archived")
+    print(f"{len(rows)} active session(s)")
+    return 0
+
+
+def cmd_sessions_show(args: argparse.Namespace) -> int:
+    """Print the events of a session, one JSON object per line."""
+    sessions = _session_store(_settings(args))
+    path = sessions.path_for(args.key)
+    if not path.exists():
+        raise GatewayError(f"no active session {args.key!r}")
+    for event in read_events(path):
+        print(json.dumps(event, ensure_ascii=False))
+    return 0
+
+
+def cmd_sessions_rotate(args: argparse.Namespace) -> int:
+    """Archive a session now; the next turn starts a new one (memory is untouched)."""
+    rotation = _session_store(_settings(args)).archive(args.key, "manual")
+    if rotation is None:
+        raise GatewayError(f"no active session {args.key!r}")
+    print(f"archived {args.key} to {rotation.archive}")
+    return 0
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     """List loaded plugins, built-in and third-party, with the hooks they implement."""
     for info in describe_plugins(make_plugin_manager()):
@@ -124,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     token = users.add_parser("token", parents=[common], help="issue a new API token")
     token.add_argument("user_id")
     token.set_defaults(handler=cmd_users_token)
+
+    sessions = commands.add_parser("sessions", help="inspect agent sessions").add_subparsers(
+        dest="sessions_command", required=True)
+    sessions.add_parser("list", parents=[common], help="list active sessions").set_defaults(
+        handler=cmd_sessions_list)
+    show = sessions.add_parser("show", parents=[common], help="print a session's events")
+    show.add_argument("key", help="session key, e.g. alice--t1 or telegram:42")
+    show.set_defaults(handler=cmd_sessions_show)
+    rotate = sessions.add_parser("rotate", parents=[common], help="archive a session now")
+    rotate.add_argument("key")
+    rotate.set_defaults(handler=cmd_sessions_rotate)
 
     plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
     plugins.set_defaults(handler=cmd_plugins)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import agent, hooks, validation
@@ -38,8 +39,9 @@ class Gateway:
     """
 
     def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self.clock = clock
         self.pm = pm if pm is not None else make_plugin_manager()
         self.store: Store = store if store is not None else SQLiteStore(settings.database_path)
         self.locks = KeyedLocks()
@@ -94,7 +96,7 @@ class Gateway:
         self.sessions = SessionStore(
             self.settings.sessions_dir, idle_minutes=self.settings.session_idle_minutes,
             max_bytes=self.settings.session_max_file_bytes,
-            count_message=self.counter.chat_message)
+            count_message=self.counter.chat_message, clock=self.clock)
         await self.store.open()
         try:
             self._provider = self._providers[wanted]

@@ -2,10 +2,11 @@
 
 ``{data_dir}/sessions/{enc(key)}.jsonl``; the first line is a header, every later line one event
 with ``type`` and ``ts``. Appends are one ``write`` of whole lines to an ``O_APPEND`` descriptor.
-Size and last activity live in memory after the first touch (one ``stat``), so the per-turn
-rotation check and append never read the file. The tool exchanges of recent turns are indexed in
-memory too (rebuilt from the file, at most ``SESSION_MAX_FILE_BYTES``, once per process), so a
-turn replays them without reading the file.
+The rotation check is one ``stat`` (size and modification time), so neither it nor the append
+ever reads the file, and a file archived by another process (``cloudybot sessions rotate``) is
+noticed at once. The tool exchanges of recent turns are indexed in memory (rebuilt from the
+file, at most ``SESSION_MAX_FILE_BYTES``, once per process), so a turn replays them without
+reading the file.
 """
 
 from __future__ import annotations
@@ -66,8 +67,6 @@ class ToolExchange:
 @dataclass
 class _Session:
     path: Path
-    size: int
-    last_activity: float
     # assistant message id -> the tool exchange that preceded that reply
     exchanges: dict[int, ToolExchange] = field(default_factory=dict)
 
@@ -107,31 +106,13 @@ class SessionStore:
             self._sessions.move_to_end(key)
             return session
         path = self.path_for(key)
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            session = _Session(path, 0, self.clock())
-        else:
-            session = _Session(path, stat.st_size, stat.st_mtime)
-            self._terminate_torn_line(session)
+        session = _Session(path)
+        if _terminate_torn_line(path):
             session.exchanges = self._index(path, self.count_message)
         self._sessions[key] = session
         if len(self._sessions) > MAX_INDEXED_SESSIONS:
             self._sessions.popitem(last=False)
         return session
-
-    @staticmethod
-    def _terminate_torn_line(session: _Session) -> None:
-        """After a crash mid-write, end the torn line so the next append starts clean."""
-        if session.size == 0:
-            return
-        with session.path.open("rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) == b"\n":
-                return
-        with session.path.open("ab") as handle:
-            handle.write(b"\n")
-        session.size += 1
 
     @staticmethod
     def _index(path: Path, count_message: CountMessage) -> dict[int, ToolExchange]:
@@ -161,13 +142,16 @@ class SessionStore:
 
     # --- rotation -----------------------------------------------------------------------------
     def rotation_due(self, key: str) -> str | None:
-        """Why the session must rotate now (``idle`` or ``size``), or None. Never reads the file."""
-        session = self._session(key)
-        if session.size == 0:
+        """Why the session must rotate now (``idle`` or ``size``), or None. One ``stat``."""
+        try:
+            stat = self.path_for(key).stat()
+        except FileNotFoundError:
             return None
-        if session.size > self.max_bytes:
+        if stat.st_size == 0:
+            return None
+        if stat.st_size > self.max_bytes:
             return "size"
-        if self.clock() - session.last_activity > self.idle_seconds:
+        if self.clock() - stat.st_mtime > self.idle_seconds:
             return "idle"
         return None
 
@@ -218,26 +202,31 @@ class SessionStore:
         session = self._session(key)
         now = self.clock()
         ts = iso_utc(now)
-        lines = []
-        if session.size == 0:
-            lines.append({"type": "session", "key": key, "userId": user_id,
-                          "threadId": thread_id, "createdAt": ts})
-        lines.extend({**event, "ts": ts} for event in events)
-        data = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
-                       for line in lines).encode("utf-8")
         fd = os.open(session.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            # fstat, not our cached size, says whether the file is new: another process
+            # (``cloudybot sessions rotate``) may have archived it since we last wrote.
+            size = os.fstat(fd).st_size
+            lines = []
+            if size == 0:
+                session.exchanges.clear()
+                lines.append({"type": "session", "key": key, "userId": user_id,
+                              "threadId": thread_id, "createdAt": ts})
+            lines.extend({**event, "ts": ts} for event in events)
+            data = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+                           for line in lines).encode("utf-8")
             os.write(fd, data)
         finally:
             os.close(fd)
-        session.size += len(data)
-        session.last_activity = now
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
 
     def exchanges(self, key: str) -> dict[int, ToolExchange]:
         """Tool exchanges of this session by the id of the reply they preceded."""
-        return self._session(key).exchanges
+        session = self._session(key)
+        if session.exchanges and not session.path.exists():
+            session.exchanges.clear()  # archived by another process
+        return session.exchanges
 
     def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
         """Drop indexed exchanges whose replies left rolling memory (bounded memory)."""
@@ -264,6 +253,23 @@ def complete_exchange(messages: Sequence[dict[str, Any]]) -> bool:
     calls = {c.get("id") for m in messages for c in m.get("tool_calls") or ()}
     results = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
     return bool(calls) and calls == results
+
+
+def _terminate_torn_line(path: Path) -> bool:
+    """After a crash mid-write, end the torn line so the next append starts clean.
+
+    Returns whether the file exists. Reads one byte, never the file.
+    """
+    try:
+        with path.open("rb+") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return True
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _archived_key(name: str) -> str:
