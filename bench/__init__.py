@@ -1,0 +1,1 @@
+"""Benchmarks of the gateway's own cost (run ``python -m bench``)."""
