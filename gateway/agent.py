@@ -168,7 +168,8 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
 
 
 async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None) -> tuple[TurnResult, PendingSummary | None]:
+                   specialist: str | None, inbound: tuple[str, str] | None = None,
+                   ) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due."""
     settings = gw.settings
     state = await gw.store.load_turn(ref, user_id, specialist)
@@ -214,6 +215,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         messages=[NewMessage("user", stored_message, gw.counter.count(stored_message)),
                   NewMessage("assistant", reply, gw.counter.count(reply))],
         charges=run.charges,
+        inbound=inbound,
     ))
     reply_id = written.message_ids[-1]
     exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \

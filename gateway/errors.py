@@ -50,6 +50,13 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
+class Conflict(GatewayError):
+    """The request collides with what is already stored (a message answered twice)."""
+
+    status = 409
+    code = "conflict"
+
+
 class PayloadTooLarge(GatewayError):
     """A request body, or a prompt that cannot be trimmed, is too large."""
 

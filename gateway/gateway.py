@@ -12,6 +12,7 @@ from typing import Any
 from . import agent, hooks, validation
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized
+from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Provider
 from .locks import KeyedLocks
 from .plugins import PluginManager, make_plugin_manager
@@ -46,6 +47,7 @@ class Gateway:
         self.store: Store = store if store is not None else SQLiteStore(settings.database_path)
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
+        self.inbox = Inbox(self)
         self._provider: Provider | None = None
         self._providers: dict[str, Provider] | None = None
         self.channels: dict[str, Channel] = {}
@@ -230,6 +232,11 @@ class Gateway:
         finally:
             lease.release()
 
+    # --- channels --------------------------------------------------------------------------
+    def receive(self, message: InboundMessage) -> None:
+        """Accept a channel message: handled in the background, in order per conversation."""
+        self.inbox.receive(message)
+
     # --- sessions ----------------------------------------------------------------------------
     async def rotate_session(self, session_key: str, reason: str | None) -> Rotation | None:
         """Archive the session: always with a ``reason``, else only if idle or too large.
@@ -256,14 +263,20 @@ class Gateway:
 
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None = None) -> agent.TurnResult:
-        """Run one turn on the thread, after any turn already running there."""
+                   specialist: str | None = None,
+                   inbound: tuple[str, str] | None = None) -> agent.TurnResult:
+        """Run one turn on the thread, after any turn already running there.
+
+        ``user_id`` is billed (in a group chat the sender, not the thread's owner);
+        ``inbound`` is the (channel, message id) the turn answers, marked in its commit.
+        """
         validation.text(message, "message", self.settings.max_message_chars)
         if specialist is not None:
             validation.name(specialist, "specialist")
         lease = await self.locks.acquire(ref.session_key)
         try:
-            result, pending = await agent.run_turn(self, user_id, ref, message, specialist)
+            result, pending = await agent.run_turn(self, user_id, ref, message, specialist,
+                                                   inbound)
         except BaseException:
             lease.release()
             raise

@@ -17,6 +17,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .gateway import Gateway
+    from .inbound import InboundMessage
     from .interfaces import Channel, PromptSection, Provider, TurnContext
     from .sessions import Rotation
     from .tools import Tool
@@ -90,4 +91,14 @@ def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
     :param gateway: the running gateway.
     :param rotation: the session key, the reason and the archive file. Release any tool
         resources (browsers, sandboxes) kept for that session.
+    """
+
+
+@hookspec
+def reply_sent(gateway: Gateway, message: InboundMessage, text: str) -> None:
+    """Observe a reply delivered to a channel (after every chunk arrived).
+
+    :param gateway: the running gateway.
+    :param message: the channel message that was answered.
+    :param text: the whole reply (a command's answer, the agent's reply or an apology).
     """

@@ -101,6 +101,13 @@ class Store(Protocol):
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
 
+    # --- inbound de-duplication ------------------------------------------------------
+    async def inbound_seen(self, channel: str, message_id: str) -> bool:
+        """True if this channel message was already answered."""
+
+    async def mark_inbound(self, channel: str, message_id: str) -> bool:
+        """Record the channel message as answered; False if it already was."""
+
     # --- specialists and credentials ------------------------------------------
     async def get_specialist(self, user_id: str, name: str) -> str | None:
         """The instructions of the user's specialist, or None."""

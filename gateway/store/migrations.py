@@ -86,4 +86,14 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 2: inbound messages already answered, so that a redelivery is never answered twice
+    """
+    CREATE TABLE inbound_seen (
+        channel    TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        seen_at    TEXT NOT NULL,
+        PRIMARY KEY (channel, message_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX inbound_seen_at ON inbound_seen(seen_at);
+    """,
 )

@@ -106,6 +106,8 @@ class TurnCommit:
     billed_user: str
     messages: list[NewMessage]
     charges: list[Charge]
+    # (channel, message id) of the channel message this turn answers, marked in the same commit
+    inbound: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
@@ -98,6 +98,12 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
     )
     conn.execute("UPDATE users SET credits = credits - ? WHERE user_id = ?",
                  (charge.credits, user_id))
+
+
+def _mark_inbound(conn: sqlite3.Connection, channel: str, message_id: str, now: str) -> bool:
+    return conn.execute(
+        "INSERT INTO inbound_seen VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        (channel, message_id, now)).rowcount == 1
 
 
 class SQLiteStore:
@@ -374,6 +380,9 @@ class SQLiteStore:
                 " VALUES (?, ?, ?, ?)",
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
+            if commit.inbound is not None and not _mark_inbound(conn, *commit.inbound, now):
+                raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
+                               "answered", code="duplicate_message")
             for charge in commit.charges:
                 _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
             conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
@@ -401,6 +410,20 @@ class SQLiteStore:
             _charge(conn, commit.billed_user, commit.session_key, commit.charge, now)
             return True
         return await self._transaction(run)
+
+    # --- inbound de-duplication ------------------------------------------------------
+    async def inbound_seen(self, channel: str, message_id: str) -> bool:
+        """True if this channel message was already answered."""
+        assert self._db is not None
+        rows = await self._db.execute_fetchall(
+            "SELECT 1 FROM inbound_seen WHERE channel = ? AND message_id = ?",
+            (channel, message_id))
+        return bool(rows)
+
+    async def mark_inbound(self, channel: str, message_id: str) -> bool:
+        """Record the channel message as answered; False if it already was."""
+        return await self._transaction(
+            lambda conn: _mark_inbound(conn, channel, message_id, utc_now()))
 
     # --- specialists and credentials ---------------------------------------------
     async def get_specialist(self, user_id: str, name: str) -> str | None:
