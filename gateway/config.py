@@ -8,6 +8,7 @@ step). A bad value raises :class:`ConfigError` with one line that names the vari
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -121,6 +122,15 @@ def _text(raw: Any) -> str:
     return str(raw)
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        text = _text(raw).strip().lower()
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+    return parse
+
+
 def _name(raw: Any) -> str:
     text = _text(raw).strip()
     if not text:
@@ -189,6 +199,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("system_prompt", "llm", "system_prompt", "CLOUDYBOT_SYSTEM_PROMPT",
            DEFAULT_SYSTEM_PROMPT, _name,
            "base system instructions (section 1 of every prompt)"),
+    Option("telegram_token", "telegram", "token", "CLOUDYBOT_TELEGRAM_TOKEN", "", _text,
+           "bot token from @BotFather; empty: the Telegram channel is off"),
+    Option("telegram_api_base", "telegram", "api_base", "CLOUDYBOT_TELEGRAM_API_BASE",
+           "https://api.telegram.org/bot", _name,
+           "Bot API base URL, ending in /bot (python-telegram-bot's base_url)"),
+    Option("telegram_webhook_secret", "telegram", "webhook_secret",
+           "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET", "", _text,
+           "set: webhook mode on POST /telegram/webhook; empty: long polling"),
+    Option("telegram_webhook_url", "telegram", "webhook_url", "CLOUDYBOT_TELEGRAM_WEBHOOK_URL",
+           "", _text, "public URL of /telegram/webhook, registered with setWebhook at start-up"),
+    Option("telegram_group_mode", "telegram", "group_mode", "CLOUDYBOT_TELEGRAM_GROUP_MODE",
+           "mention", _choice("mention", "all"),
+           "in groups, answer only when mentioned or replied to (mention), or every message"),
+    Option("slack_bot_token", "slack", "bot_token", "CLOUDYBOT_SLACK_BOT_TOKEN", "", _text,
+           "xoxb- bot token; empty: the Slack channel is off"),
+    Option("slack_signing_secret", "slack", "signing_secret", "CLOUDYBOT_SLACK_SIGNING_SECRET",
+           "", _text, "signing secret that verifies POST /slack/events"),
+    Option("slack_api_base", "slack", "api_base", "CLOUDYBOT_SLACK_API_BASE",
+           "https://slack.com/api/", _name, "Web API base URL, ending in / (AsyncWebClient)"),
     Option("auto_provision", "accounts", "auto_provision", "CLOUDYBOT_AUTO_PROVISION", True,
            _flag, "create unknown channel senders on the default plan"),
     Option("default_plan", "accounts", "default_plan", "CLOUDYBOT_DEFAULT_PLAN", "free", _name,
@@ -223,6 +252,14 @@ class Settings:
     max_tool_rounds: int = 5
     tool_timeout_seconds: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    telegram_token: str = ""
+    telegram_api_base: str = "https://api.telegram.org/bot"
+    telegram_webhook_secret: str = ""
+    telegram_webhook_url: str = ""
+    telegram_group_mode: str = "mention"
+    slack_bot_token: str = ""
+    slack_signing_secret: str = ""
+    slack_api_base: str = "https://slack.com/api/"
     auto_provision: bool = True
     default_plan: str = "free"
     plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
@@ -356,6 +393,13 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
             f"KEEP_RECENT ({values['keep_recent']}) must be smaller than "
             f"SUMMARIZE_AT ({values['summarize_at']})"
         )
+    secret = values["telegram_webhook_secret"]
+    if secret and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+        raise ConfigError("CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET must be 1-256 characters of "
+                          "A-Z a-z 0-9 _ - (Telegram's rule)")
+    if values["slack_bot_token"] and not values["slack_signing_secret"]:
+        raise ConfigError("CLOUDYBOT_SLACK_SIGNING_SECRET is required with "
+                          "CLOUDYBOT_SLACK_BOT_TOKEN: Slack requests must be verified")
     if values["default_plan"] not in values["plans"]:
         raise ConfigError(f"CLOUDYBOT_DEFAULT_PLAN names no plan: {values['default_plan']!r}")
     return Settings(**values)

@@ -36,6 +36,13 @@ class Unauthorized(GatewayError):
     code = "unauthorized"
 
 
+class Forbidden(GatewayError):
+    """A webhook secret or signature did not match."""
+
+    status = 403
+    code = "forbidden"
+
+
 class PaymentRequired(GatewayError):
     """The user has no AI credits left."""
 

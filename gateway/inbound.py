@@ -66,6 +66,9 @@ class InboundMessage:
         :class:`DeliveryRetry` for rate limits, :class:`DeliveryFailed` when retrying is futile.
     :param typing: optional; shows "typing…" while the agent works.
     :param command: set when the message is a command rather than a chat turn.
+    :param notice: set to answer with this text instead of a turn (an unsupported message).
+    :param only_known: handle it only if the conversation already exists (a thread reply
+        that does not address the bot).
     :param max_chars: the platform's longest message; longer replies are split.
     """
 
@@ -77,6 +80,8 @@ class InboundMessage:
     reply: Callable[[str], Awaitable[None]]
     typing: Callable[[], Awaitable[None]] | None = None
     command: Command | None = None
+    notice: str | None = None
+    only_known: bool = False
     max_chars: int = 4000
 
 
@@ -195,15 +200,20 @@ class Inbox:
             log.info("%s message %s was already answered; dropped", message.channel,
                      message.message_id)
             return
+        thread = await gw.store.get_thread(message.conversation)
+        if thread is None and message.only_known:
+            return
         user = await self._account(message.sender)
         if user is None:
             await gw.store.mark_inbound(message.channel, message.message_id)
             await self.deliver(message, NOT_PROVISIONED)
             return
-        thread = await gw.store.get_thread(message.conversation)
         owner = thread.ref.user_id if thread is not None else user.user_id
         ref = ThreadRef(owner, message.conversation, message.conversation, message.channel)
-        if message.command is not None:
+        if message.notice is not None:
+            text = message.notice
+            await gw.store.mark_inbound(message.channel, message.message_id)
+        elif message.command is not None:
             text = await run_command(gw, message.command, user, ref)
             await gw.store.mark_inbound(message.channel, message.message_id)
         else:

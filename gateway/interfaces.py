@@ -98,6 +98,11 @@ class Channel:
     # Channels whose threads are keyed by their own name (``telegram:…``); the dashboard is not.
     prefixed_keys: bool = True
 
+    @property
+    def enabled(self) -> bool:
+        """Whether the channel is configured to run (a channel without a token is not)."""
+        return True
+
     def routes(self) -> list[web.RouteDef]:
         """HTTP routes this channel serves."""
         return []

@@ -625,6 +625,6 @@ async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(
     assert response.status == 200
     assert await response.json() == {"coo": True}
     assert events == ["start"]
-    assert set(harness.gateway.channels) == {"dashboard", "pigeon"}
+    assert {"dashboard", "pigeon"} <= set(harness.gateway.channels)
     await harness.client.close()
     assert events == ["start", "stop"]

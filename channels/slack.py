@@ -1,0 +1,173 @@
+"""The Slack channel, on slack-bolt (async) behind the gateway's own aiohttp server.
+
+``POST /slack/events`` is verified by bolt (signature v0 with ``CLOUDYBOT_SLACK_SIGNING_SECRET``,
+timestamps older than 5 minutes refused) before anything is parsed; ``url_verification`` is
+answered; events are acked at once and handled in the background.
+
+- ``message.im``: a DM turn, key ``slack:{team}:{channel}``.
+- ``app_mention``: a turn in the mention's thread, key ``slack:{team}:{channel}:{thread_ts}``
+  (the mention's own ``ts`` when it starts a thread); the reply goes into that thread. Later
+  messages in the thread continue the conversation without a mention.
+- A message is answered once, however often it arrives: a mention comes both as
+  ``app_mention`` and as a ``message`` event, and Slack retries deliveries
+  (``X-Slack-Retry-Num``); both are de-duplicated by ``channel:ts``, durably.
+- Edits, joins and other message subtypes, and bots' messages (ours included), are ignored.
+- ``/cloudybot new|remember KEY VALUE|forget KEY|memory|usage``: commands on the conversation
+  of the channel they are typed in, answered privately (``chat.postEphemeral``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway import Channel, Gateway, hookimpl
+from gateway.errors import BadRequest
+from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+
+log = logging.getLogger(__name__)
+
+NAME = "slack"
+MAX_CHARS = 3900  # Slack truncates message text past 40,000; keep replies readable
+# message subtypes that still carry a user's words; every other subtype (edits, joins...) is not
+ANSWERED_SUBTYPES: frozenset[str] = frozenset({"file_share"})
+FATAL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived",
+                          "invalid_auth", "account_inactive", "token_revoked", "msg_too_long"})
+
+
+class SlackChannel(Channel):
+    """Slack through slack-bolt's AsyncApp, served on ``POST /slack/events``."""
+
+    name = NAME
+
+    def __init__(self, gateway: Gateway) -> None:
+        settings = gateway.settings
+        self.gateway = gateway
+        self.bolt: AsyncApp | None = None
+        if settings.slack_bot_token:
+            client = AsyncWebClient(token=settings.slack_bot_token,
+                                    base_url=settings.slack_api_base)
+            client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+            self.bolt = AsyncApp(client=client, signing_secret=settings.slack_signing_secret)
+            self.bolt.event("message")(self._on_message)
+            self.bolt.event("app_mention")(self._on_mention)
+            self.bolt.command("/cloudybot")(self._on_command)
+            self.bolt.error(self._on_error)
+
+    @property
+    def enabled(self) -> bool:
+        """On when a bot token is configured."""
+        return self.bolt is not None
+
+    def routes(self) -> list[web.RouteDef]:
+        """``POST /slack/events`` when enabled."""
+        return [web.post("/slack/events", self.events)] if self.enabled else []
+
+    async def events(self, request: web.Request) -> web.Response:
+        """Hand the request to bolt: verification first, then ack; the work runs afterwards."""
+        assert self.bolt is not None
+        raw = await request.read()
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("the body is not UTF-8", code="invalid_body") from None
+        bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
+                                        headers=dict(request.headers))
+        response = await self.bolt.async_dispatch(bolt_request)
+        return await to_aiohttp_response(response)
+
+    async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
+        log.error("slack: a listener failed: %s: %s", type(error).__name__, error)
+
+    # --- listeners (they only queue: ordering is kept because nothing is awaited first) -----
+    async def _on_message(self, event: dict[str, Any], body: dict[str, Any],
+                          context: AsyncBoltContext) -> None:
+        if event.get("subtype") not in (None, *ANSWERED_SUBTYPES) or event.get("bot_id"):
+            return
+        channel_type = event.get("channel_type")
+        if channel_type == "im":
+            self._submit(event, body, context, thread_ts=None, only_known=False)
+        elif event.get("thread_ts"):
+            # A follow-up in a thread continues a conversation the bot is already in.
+            self._submit(event, body, context, thread_ts=event["thread_ts"], only_known=True)
+
+    async def _on_mention(self, event: dict[str, Any], body: dict[str, Any],
+                          context: AsyncBoltContext) -> None:
+        if event.get("bot_id"):
+            return
+        self._submit(event, body, context, thread_ts=event.get("thread_ts") or event.get("ts"),
+                     only_known=False)
+
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any],
+                          context: AsyncBoltContext) -> None:
+        await ack()
+        team, channel, user = command.get("team_id"), command.get("channel_id"), \
+            command.get("user_id")
+        if not (team and channel and user):
+            return
+        name, _, argument = (command.get("text") or "").strip().partition(" ")
+        client = context.client
+        assert client is not None
+
+        async def reply(text: str) -> None:
+            await self._post(client.chat_postEphemeral, channel=channel, user=user, text=text)
+
+        self.gateway.receive(InboundMessage(
+            channel=NAME, conversation=f"{NAME}:{team}:{channel}", sender=f"{NAME}:{team}:{user}",
+            message_id=f"command:{command.get('trigger_id') or id(command)}", text="",
+            reply=reply, command=Command(name.lower() or "help", argument.strip()),
+            max_chars=MAX_CHARS))
+
+    def _submit(self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext,
+                thread_ts: str | None, only_known: bool) -> None:
+        team = body.get("team_id") or event.get("team")
+        channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
+        if not (team and channel and user and ts):
+            return
+        text = self._strip_mention(event.get("text") or "", context.bot_user_id)
+        if not text:
+            return
+        conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
+        client = context.client
+        assert client is not None
+
+        async def reply(chunk: str) -> None:
+            await self._post(client.chat_postMessage, channel=channel, text=chunk,
+                             thread_ts=thread_ts)
+
+        self.gateway.receive(InboundMessage(
+            channel=NAME, conversation=conversation, sender=f"{NAME}:{team}:{user}",
+            message_id=f"{channel}:{ts}", text=text, reply=reply, only_known=only_known,
+            max_chars=MAX_CHARS))
+
+    @staticmethod
+    def _strip_mention(text: str, bot_user_id: str | None) -> str:
+        if bot_user_id:
+            text = text.replace(f"<@{bot_user_id}>", " ")
+        return " ".join(text.split())
+
+    @staticmethod
+    async def _post(method: Any, **kwargs: Any) -> None:
+        try:
+            await method(**{k: v for k, v in kwargs.items() if v is not None})
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else None
+            if exc.response is not None and exc.response.status_code == 429:
+                raise DeliveryRetry(float(exc.response.headers.get("Retry-After", 1))) from exc
+            if error in FATAL_ERRORS:
+                raise DeliveryFailed(str(error)) from exc
+            raise
+
+
+@hookimpl
+def register_channels(gateway: Gateway) -> list[Channel]:
+    """Register the Slack channel (inactive without a bot token)."""
+    return [SlackChannel(gateway)]
