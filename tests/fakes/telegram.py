@@ -1,0 +1,162 @@
+"""A fake Telegram Bot API on 127.0.0.1 that python-telegram-bot talks to over HTTP.
+
+Routes ``/bot{token}/{method}``: requests arrive form-encoded (every value a string, objects as
+JSON), answers are ``{"ok": true, "result": ...}``. Every call is recorded. ``fail_next``
+injects errors; ``updates`` feeds ``getUpdates`` (bounded long poll) for polling mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+BOT_ID = 7000000001
+BOT_USERNAME = "gateway_test_bot"
+
+
+@dataclass
+class Call:
+    """One Bot API call the fake received."""
+
+    method: str
+    params: dict[str, Any]
+    content_type: str
+
+
+class FakeTelegram:
+    """The fake server. ``base_url`` is what python-telegram-bot's ``base_url`` should be."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.calls: list[Call] = []
+        self.fail_next: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.updates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent = asyncio.Condition()
+        self._message_ids = itertools.count(5000)
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+        self.polls = 0  # getUpdates calls answered
+        self.polling_now = 0  # getUpdates calls in flight
+        self.most_concurrent_polls = 0
+
+    def calls_to(self, method: str) -> list[Call]:
+        """The recorded calls of one method, in order."""
+        return [call for call in self.calls if call.method == method]
+
+    def texts(self) -> list[str]:
+        """Every text sent with sendMessage, in order."""
+        return [call.params["text"] for call in self.calls_to("sendMessage")]
+
+    async def wait_for_messages(self, count: int, timeout: float = 5.0) -> list[Call]:
+        """Wait until ``count`` sendMessage calls arrived (bounded)."""
+        async with self.sent:
+            await asyncio.wait_for(
+                self.sent.wait_for(lambda: len(self.calls_to("sendMessage")) >= count), timeout)
+        return self.calls_to("sendMessage")
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return web.json_response({"ok": False, "error_code": 401,
+                                      "description": "Unauthorized"}, status=401)
+        method = request.match_info["method"]
+        content_type = request.content_type
+        if content_type == "application/json":
+            params = await request.json()
+        else:
+            params = dict(await request.post())
+        call = Call(method, params, content_type)
+        if method != "getUpdates":
+            self.calls.append(call)
+        failures = self.fail_next.get(method)
+        if failures:
+            status, body = failures.pop(0)
+            return web.json_response(body, status=status)
+        answer = await getattr(self, f"_{method}", self._unknown)(params)
+        if method == "sendMessage":
+            async with self.sent:
+                self.sent.notify_all()
+        return answer
+
+    @staticmethod
+    def _ok(result: Any) -> web.Response:
+        return web.json_response({"ok": True, "result": result})
+
+    async def _unknown(self, params: dict[str, Any]) -> web.Response:
+        return web.json_response({"ok": False, "error_code": 404,
+                                  "description": "Not Found: method not found"}, status=404)
+
+    async def _getMe(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        return self._ok({"id": BOT_ID, "is_bot": True, "first_name": "Gateway Test",
+                         "username": BOT_USERNAME, "can_join_groups": True,
+                         "can_read_all_group_messages": False,
+                         "supports_inline_queries": False})
+
+    async def _sendMessage(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        chat_id = int(params["chat_id"])
+        message: dict[str, Any] = {
+            "message_id": next(self._message_ids), "date": 1767225700,
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": {"id": BOT_ID, "is_bot": True, "first_name": "Gateway Test",
+                     "username": BOT_USERNAME},
+            "text": params["text"],
+        }
+        if "message_thread_id" in params:
+            message["message_thread_id"] = int(params["message_thread_id"])
+            message["is_topic_message"] = True
+        return self._ok(message)
+
+    async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        return self._ok(True)
+
+    async def _setWebhook(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        return self._ok(True)
+
+    async def _deleteWebhook(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        return self._ok(True)
+
+    async def _getUpdates(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+        self.polling_now += 1
+        self.most_concurrent_polls = max(self.most_concurrent_polls, self.polling_now)
+        try:
+            return await self._poll(params)
+        finally:
+            self.polling_now -= 1
+            self.polls += 1
+
+    async def _poll(self, params: dict[str, Any]) -> web.Response:
+        offset = int(params.get("offset") or 0)
+        timeout = min(float(params.get("timeout") or 0), 0.2)
+        updates: list[dict[str, Any]] = []
+        try:
+            first = await asyncio.wait_for(self.updates.get(), timeout) if timeout else \
+                self.updates.get_nowait()
+            updates.append(first)
+        except (TimeoutError, asyncio.QueueEmpty):
+            pass
+        while not self.updates.empty():
+            updates.append(self.updates.get_nowait())
+        return self._ok([u for u in updates if u["update_id"] >= offset])
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}/bot"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def loads_param(call: Call, name: str) -> Any:
+    """A parameter PTB sent as JSON text (reply_parameters, reply_markup...)."""
+    return json.loads(call.params[name])
