@@ -90,13 +90,13 @@ class FakeTelegram:
         return web.json_response({"ok": False, "error_code": 404,
                                   "description": "Not Found: method not found"}, status=404)
 
-    async def _getMe(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _getMe(self, params: dict[str, Any]) -> web.Response:
         return self._ok({"id": BOT_ID, "is_bot": True, "first_name": "Gateway Test",
                          "username": BOT_USERNAME, "can_join_groups": True,
                          "can_read_all_group_messages": False,
                          "supports_inline_queries": False})
 
-    async def _sendMessage(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _sendMessage(self, params: dict[str, Any]) -> web.Response:
         chat_id = int(params["chat_id"])
         message: dict[str, Any] = {
             "message_id": next(self._message_ids), "date": 1767225700,
@@ -110,16 +110,16 @@ class FakeTelegram:
             message["is_topic_message"] = True
         return self._ok(message)
 
-    async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
 
-    async def _setWebhook(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _setWebhook(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
 
-    async def _deleteWebhook(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _deleteWebhook(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
 
-    async def _getUpdates(self, params: dict[str, Any]) -> web.Response:  # noqa: N802
+    async def _getUpdates(self, params: dict[str, Any]) -> web.Response:
         self.polling_now += 1
         self.most_concurrent_polls = max(self.most_concurrent_polls, self.polling_now)
         try:
