@@ -1,8 +1,8 @@
 """The Slack channel, on slack-bolt (async) behind the gateway's own aiohttp server.
 
-``POST /slack/events`` is verified by bolt (signature v0 with ``CLOUDYBOT_SLACK_SIGNING_SECRET``,
-timestamps older than 5 minutes refused) before anything is parsed; ``url_verification`` is
-answered; events are acked at once and handled in the background.
+``POST /slack/events`` is verified (signature v0 with ``CLOUDYBOT_SLACK_SIGNING_SECRET``, timestamps
+older than 5 minutes refused: 401) before anything is parsed; then bolt answers
+``url_verification``, acks events at once and runs the listeners in the background.
 
 - ``message.im``: a DM turn, key ``slack:{team}:{channel}``.
 - ``app_mention``: a turn in the mention's thread, key ``slack:{team}:{channel}:{thread_ts}``
@@ -18,6 +18,7 @@ answered; events are acked at once and handled in the background.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -27,10 +28,11 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway import Channel, Gateway, hookimpl
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, Unauthorized
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,9 @@ class SlackChannel(Channel):
         settings = gateway.settings
         self.gateway = gateway
         self.bolt: AsyncApp | None = None
+        self.verifier: SignatureVerifier | None = None
         if settings.slack_bot_token:
+            self.verifier = SignatureVerifier(settings.slack_signing_secret)
             client = AsyncWebClient(token=settings.slack_bot_token,
                                     base_url=settings.slack_api_base)
             client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
@@ -72,15 +76,23 @@ class SlackChannel(Channel):
         return [web.post("/slack/events", self.events)] if self.enabled else []
 
     async def events(self, request: web.Request) -> web.Response:
-        """Hand the request to bolt: verification first, then ack; the work runs afterwards."""
-        assert self.bolt is not None
+        """Verify the signature before parsing anything, then let bolt ack and dispatch."""
+        assert self.bolt is not None and self.verifier is not None
         raw = await request.read()
         try:
-            body = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BadRequest("the body is not UTF-8", code="invalid_body") from None
-        bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
-                                        headers=dict(request.headers))
+            verified = self.verifier.is_valid_request(raw, dict(request.headers))
+        except ValueError:  # a timestamp header that is not a number
+            verified = False
+        if not verified:
+            raise Unauthorized("invalid or stale Slack signature")
+        try:
+            text = raw.decode("utf-8")
+            if text.lstrip().startswith(("{", "[")) and not isinstance(json.loads(text), dict):
+                raise ValueError("a JSON payload must be an object")
+            bolt_request = AsyncBoltRequest(body=text, query=request.query_string,
+                                            headers=dict(request.headers))
+        except (ValueError, RecursionError, AttributeError, TypeError):
+            raise BadRequest("the body is not a Slack payload", code="invalid_body") from None
         response = await self.bolt.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
 
