@@ -14,7 +14,7 @@ from gateway import Gateway
 from gateway.app import build_app
 from gateway.config import Settings, load_settings
 from gateway.plugins import PluginManager, make_plugin_manager
-from tests.fakes.llm import FakeLLM
+from gateway.testing.fake_llm import FakeLLM
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy")

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import ClientResponse
 from yarl import URL
 
+from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Recorded, Scripted, completion
 
 AuthHeaders = dict[str, str]
 CREDENTIALS = "/api/user/browser-credentials"

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import ClientResponse
 from yarl import URL
 
+from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM
 
 MIB = 1024 * 1024
 AuthHeaders = dict[str, str]

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import ClientResponse
 
 from gateway.errors import BadRequest
+from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM
 
 AuthHeaders = dict[str, str]
 MEMORY = "/api/user/memory"

@@ -28,9 +28,9 @@ from gateway.errors import ConfigError, PluginError
 from gateway.gateway import Gateway
 from gateway.interfaces import SECTION_POSITIONS
 from gateway.plugins import PluginManager, describe_plugins, make_plugin_manager
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.tools import Tool
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Scripted, completion
 
 StartGateway = Callable[..., Awaitable[Harness]]
 ROOT = Path(__file__).resolve().parents[1]

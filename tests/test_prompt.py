@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gateway.prompt import ROTATION_HINT, PromptInputs, assemble
 from gateway.store import StoredMessage
+from gateway.testing.fake_llm import FakeLLM
 from gateway.tokens import TokenCounter
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM
 
 BASE = "You are CloudyBot, a helpful assistant. Answer clearly and concisely."
 

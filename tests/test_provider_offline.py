@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM
 
 StartGateway = Callable[..., Awaitable[Harness]]
 

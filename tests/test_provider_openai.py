@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import tiktoken
 
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from plugins.openai import retry_after_seconds
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Scripted, completion
 
 StartGateway = Callable[..., Awaitable[Harness]]
 PROVIDER_500 = {"error": {"message": "boom", "type": "server_error"}}

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Scripted, completion
 from tests.fakes.slack import BOT_ID, BOT_USER_ID, TEAM_ID, FakeSlack, event_body, sign
 
 TOKEN = "xoxb-test-token"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Scripted, completion
 
 
 async def _thread(harness: Harness, auth: dict[str, str], thread: str = "t1") -> Any:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gateway.inbound import PROVIDER_APOLOGY
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM, Scripted
 from tests.fakes.telegram import FakeTelegram, loads_param
 
 TOKEN = "123456:TEST-token"
@@ -188,7 +188,7 @@ async def test_messages_arriving_together_are_all_answered_in_order(
         tg: Harness, fake_telegram: FakeTelegram, fake_llm: FakeLLM) -> None:
     def slow_first(request: Any) -> Scripted:
         text = request.messages[-1]["content"]
-        return Scripted(body=_completion(f"echo: {text}"), delay=0.3 if text == "one" else 0)
+        return Scripted(body=completion(f"echo: {text}"), delay=0.3 if text == "one" else 0)
 
     fake_llm.responder = slow_first
     updates = [payload("tg_private_text.json", update_id=902347200 + i, text=text)
@@ -200,12 +200,6 @@ async def test_messages_arriving_together_are_all_answered_in_order(
     # the second turn saw the first one's exchange: they ran one after the other
     assert [m["content"] for m in fake_llm.chat_requests[1].messages[1:]] == [
         "one", "echo: one", "two"]
-
-
-def _completion(text: str) -> dict[str, Any]:
-    from tests.fakes.llm import completion
-
-    return completion(text)
 
 
 async def test_commands_pin_list_forget_and_clear(
@@ -230,7 +224,7 @@ async def test_commands_pin_list_forget_and_clear(
 async def test_long_reply_is_split_under_4096_characters(
         tg: Harness, fake_telegram: FakeTelegram, fake_llm: FakeLLM) -> None:
     long_text = " ".join(f"word{i}" for i in range(2000))  # ~14,000 characters
-    fake_llm.script = [Scripted(body=_completion(long_text))]
+    fake_llm.script = [Scripted(body=completion(long_text))]
     await post_update(tg, payload("tg_private_text.json"))
     await asyncio.wait_for(_until(lambda: " ".join(fake_telegram.texts()) == long_text), 5)
     assert len(fake_telegram.texts()) >= 4

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
-from tests.fakes.llm import FakeLLM
 
 AuthHeaders = dict[str, str]
 

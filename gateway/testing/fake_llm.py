@@ -20,12 +20,15 @@ class Recorded:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        return self.body["messages"]
+        """The chat messages of the request."""
+        messages: list[dict[str, Any]] = self.body["messages"]
+        return messages
 
     @property
     def system_text(self) -> str:
+        """The system message's text ('' if there is none)."""
         first = self.messages[0]
-        return first["content"] if first["role"] == "system" else ""
+        return str(first["content"]) if first["role"] == "system" else ""
 
     @property
     def is_summary(self) -> bool:
@@ -105,3 +108,23 @@ class FakeLLM:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def tool_call_completion(calls: list[tuple[str, str, str]], content: str | None = None,
+                         prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
+                         model: str = "fake-model") -> dict[str, Any]:
+    """A chat.completion in which the model asks for tools: ``calls`` = (id, name, arguments).
+
+    OpenAI's exact shape: ``content`` null, ``tool_calls`` of type ``function`` whose
+    ``arguments`` is JSON text, ``finish_reason`` ``tool_calls``.
+    """
+    body = completion("", prompt_tokens, completion_tokens, model)
+    choice = body["choices"][0]
+    choice["finish_reason"] = "tool_calls"
+    choice["message"] = {
+        "role": "assistant", "content": content,
+        "tool_calls": [{"id": call_id, "type": "function",
+                        "function": {"name": name, "arguments": arguments}}
+                       for call_id, name, arguments in calls],
+    }
+    return body

@@ -1,0 +1,2 @@
+"""Test helpers shipped with the gateway: a fake OpenAI-compatible LLM server and a pytest
+plugin (``gateway.testing.plugin``) for plugin authors."""

@@ -1,0 +1,100 @@
+"""pytest plugin for channel (and other) plugin authors; loaded through the ``pytest11`` entry
+point of the ``cloudybot`` distribution.
+
+Fixtures (all prefixed ``cloudybot_``):
+
+- ``cloudybot_fake_llm``: an OpenAI-compatible server on 127.0.0.1 that records requests and
+  echoes ``echo: <last user message>`` (see :class:`gateway.testing.fake_llm.FakeLLM`);
+- ``cloudybot_start``: ``await cloudybot_start(**settings)`` starts a gateway with every
+  installed plugin, talking to the fake LLM, in a temporary data dir, behind an aiohttp test
+  client, and returns a :class:`GatewayHarness`.
+
+``GatewayHarness.exchange(send, message_id)`` performs ``send()`` (for example a signed POST to
+your channel's webhook) and waits until the gateway delivered the reply to that inbound message
+through your channel; it returns the reply text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..app import build_app
+from ..config import Settings, load_settings
+from ..gateway import Gateway
+from ..hookspecs import hookimpl
+from ..inbound import InboundMessage
+from ..plugins import make_plugin_manager
+from .fake_llm import FakeLLM
+
+
+class ReplyRecorder:
+    """A plugin that records every reply the gateway delivered to a channel."""
+
+    def __init__(self) -> None:
+        self.replies: dict[tuple[str, str], str] = {}
+        self._arrived = asyncio.Event()
+
+    @hookimpl
+    def reply_sent(self, message: InboundMessage, text: str) -> None:
+        """Record the delivered reply."""
+        self.replies[(message.channel, message.message_id)] = text
+        self._arrived.set()
+
+    async def wait(self, channel: str, message_id: str, timeout: float) -> str:
+        """The reply to ``message_id``, waiting at most ``timeout`` seconds."""
+        async def arrived() -> str:
+            while (channel, message_id) not in self.replies:
+                self._arrived.clear()
+                await self._arrived.wait()
+            return self.replies[(channel, message_id)]
+        return await asyncio.wait_for(arrived(), timeout)
+
+
+@dataclasses.dataclass
+class GatewayHarness:
+    """A running gateway behind an aiohttp test client."""
+
+    gateway: Gateway
+    client: Any  # aiohttp.test_utils.TestClient
+    recorder: ReplyRecorder
+
+    async def exchange(self, send: Callable[[], Awaitable[Any]], *, channel: str,
+                       message_id: str, timeout: float = 10.0) -> str:
+        """Run ``send()`` and return the reply delivered for ``(channel, message_id)``."""
+        await send()
+        return await self.recorder.wait(channel, message_id, timeout)
+
+
+@pytest.fixture
+async def cloudybot_fake_llm() -> AsyncIterator[FakeLLM]:
+    """An OpenAI-compatible fake LLM server on 127.0.0.1."""
+    server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def cloudybot_start(cloudybot_fake_llm: FakeLLM, aiohttp_client: Any,
+                    tmp_path: Path) -> Callable[..., Awaitable[GatewayHarness]]:
+    """Start a gateway with all installed plugins; keyword arguments override settings."""
+    async def start(**overrides: Any) -> GatewayHarness:
+        base: Settings = load_settings(None, env={
+            "CLOUDYBOT_DATA_DIR": str(tmp_path / "cloudybot-data"),
+            "CLOUDYBOT_LLM_BASE_URL": cloudybot_fake_llm.url,
+            "CLOUDYBOT_LLM_API_KEY": "sk-test",
+            "CLOUDYBOT_LLM_MODEL": "fake-model",
+        })
+        pm = make_plugin_manager()
+        recorder = ReplyRecorder()
+        pm.register(recorder, name="cloudybot-test-recorder")
+        gateway = Gateway(dataclasses.replace(base, **overrides), pm)
+        client = await aiohttp_client(await build_app(gateway))
+        return GatewayHarness(gateway, client, recorder)
+    return start
