@@ -20,10 +20,11 @@ from .billing import charge_for
 from .errors import NotFound, PaymentRequired, ProviderError
 from .interfaces import Completion, CompletionRequest, TurnContext
 from .memory import accept_summary, fold_point, summary_request
-from .prompt import Credential, PromptInputs, assemble
+from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import redact
 from .sessions import Rotation, ToolExchange
 from .store import Charge, NewMessage, SecretRecord, SummaryCommit, ThreadRef, TurnCommit
+from .tokens import REPLY_PRIMING
 from .tools import ToolContext, run_tool
 
 if TYPE_CHECKING:
@@ -97,16 +98,21 @@ def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]],
     return prompt, done
 
 
-async def _run_agent(gw: Gateway, turn: TurnContext, messages: list[dict[str, Any]],
-                     prompt_tokens: int, secrets: tuple[str, ...]) -> _AgentRun:
-    """Call the provider; while it asks for tools, run them and call again (bounded)."""
+async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
+                     secrets: tuple[str, ...]) -> _AgentRun:
+    """Call the provider; while it asks for tools, run them and call again (bounded).
+
+    When tool results no longer fit under MAX_CONTEXT, the oldest history units go first;
+    only when none is left does the agent stop with a message.
+    """
     settings = gw.settings
-    schemas = gw.tool_schemas
     context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
     run = _AgentRun()
+    live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
     for round_number in range(settings.max_tool_rounds + 1):
+        messages = prompt.messages + live_exchange
         completion = await _call_provider(gw, CompletionRequest(
-            list(messages), settings.llm_model, settings.llm_max_tokens, tools=schemas))
+            messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
         used_prompt, used_completion = _usage(gw, completion, messages, gw.tool_schema_tokens)
         run.prompt_tokens += used_prompt
         run.completion_tokens += used_completion
@@ -124,18 +130,33 @@ async def _run_agent(gw: Gateway, turn: TurnContext, messages: list[dict[str, An
                     "content": redact(await run_tool(gw.tools, call, context,
                                                      settings.tool_timeout_seconds), secrets)}
                    for call in completion.tool_calls]
-        cost = sum(gw.counter.chat_message(m) for m in (call_message, *results))
-        run.exchange += [call_message, *results]
-        run.exchange_tokens += cost
-        messages += [call_message, *results]
-        prompt_tokens += cost
-        if prompt_tokens > settings.max_context:
-            run.text = ("I had to stop: the tool results no longer fit in my context window. "
-                        "Ask again with a narrower request.")
-            return run
+        live_exchange += [call_message, *results]
+        # What is stored and replayed never holds a saved password, not even in arguments.
+        stored = [_redact_message(m, secrets) for m in (call_message, *results)]
+        run.exchange += stored
+        run.exchange_tokens += sum(gw.counter.chat_message(m) for m in stored)
+        while (prompt.prompt_tokens + gw.counter.messages(live_exchange) - REPLY_PRIMING
+               > settings.max_context):
+            if not prompt.drop_oldest():
+                run.text = ("I had to stop: the tool results no longer fit in my context "
+                            "window. Ask again with a narrower request.")
+                return run
     run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
                 "reaching an answer. Ask again, perhaps more specifically.")
     return run
+
+
+def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of a chat message with saved passwords redacted in content and tool arguments."""
+    copy = dict(message)
+    if isinstance(copy.get("content"), str):
+        copy["content"] = redact(copy["content"], secrets)
+    if copy.get("tool_calls"):
+        copy["tool_calls"] = [
+            {**call, "function": {**call["function"],
+                                  "arguments": redact(call["function"]["arguments"], secrets)}}
+            for call in copy["tool_calls"]]
+    return copy
 
 
 def _session_events(stored_message: str, reply: str, message_ids: list[int],
@@ -179,6 +200,11 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         raise PaymentRequired("no AI credits left; ask for a grant or wait for the next period")
 
     rotation = await gw.rotate_session(ref.session_key, None)
+    # A conversation with history but no session file starts a new session this turn, whether
+    # it rotated just now or earlier (``cloudybot sessions rotate``, rotate_session_if_needed).
+    new_session = rotation is not None or (
+        state.thread is not None and bool(state.messages or state.thread.summary)
+        and not gw.sessions.exists(ref.session_key))
     credentials = _decrypt(gw, user_id, state.credentials)
     secrets = tuple(c.password for c in credentials)
     turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, message, specialist)
@@ -192,7 +218,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
             if specialist and state.specialist_instructions else None,
             summary=state.thread.summary if state.thread else "",
             credentials=credentials,
-            session_rotated=rotation is not None,
+            session_rotated=new_session,
             sections=sections,
             recent=state.messages,
             user_message=message,
@@ -203,7 +229,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.counter,
         settings.max_context,
     )
-    run = await _run_agent(gw, turn, prompt.messages, prompt.prompt_tokens, secrets)
+    run = await _run_agent(gw, turn, prompt, secrets)
     reply = redact(run.text, secrets).strip()
     if not reply:
         raise ProviderError("the provider returned an empty reply")
@@ -235,7 +261,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         pending = PendingSummary(ref, user_id, secrets)
     result = TurnResult(reply, run.prompt_tokens, run.completion_tokens,
                         sum(c.credits for c in run.charges),
-                        summarized=pending is not None, session_rotated=rotation is not None)
+                        summarized=pending is not None, session_rotated=new_session)
     return result, pending
 
 

@@ -56,14 +56,36 @@ class PromptInputs:
     reserved_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Prompt:
-    """The messages to send and what they cost."""
+    """The messages to send and what they cost.
 
-    messages: list[dict[str, Any]]
+    History is kept as units (a message, or a reply with the tool calls and results that led to
+    it), oldest first, so that more can be dropped later without splitting a unit.
+    """
+
     system_text: str
+    units: list[list[dict[str, Any]]]
+    unit_costs: list[int]
+    user_message: str
     prompt_tokens: int
     dropped: int
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """System message, kept history, new user message."""
+        history = [message for unit in self.units for message in unit]
+        return [{"role": "system", "content": self.system_text}, *history,
+                {"role": "user", "content": self.user_message}]
+
+    def drop_oldest(self) -> bool:
+        """Drop the oldest kept unit; False if there is none left."""
+        if not self.units:
+            return False
+        self.units.pop(0)
+        self.prompt_tokens -= self.unit_costs.pop(0)
+        self.dropped += 1
+        return True
 
 
 def render_pinned(pinned: dict[str, str]) -> str:
@@ -138,8 +160,6 @@ def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> P
             break
         budget -= cost
         kept += 1
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_text}]
-    for unit in units[len(units) - kept:]:
-        messages.extend(unit)
-    messages.append({"role": "user", "content": inputs.user_message})
-    return Prompt(messages, system_text, max_context - budget, len(units) - kept)
+    first = len(units) - kept
+    return Prompt(system_text, units[first:], costs[first:], inputs.user_message,
+                  max_context - budget, first)

@@ -11,6 +11,7 @@ reading the file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -28,16 +29,29 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 SUFFIX = ".jsonl"
 MAX_INDEXED_SESSIONS = 1024
 CountMessage = Callable[[Mapping[str, Any]], int]
+MAX_ENCODED_CHARS = 200
 
 
 def encode_key(key: str) -> str:
-    """The file-name form of a session key: ``[A-Za-z0-9._-]`` kept, every other byte ``%XX``."""
+    """The file-name form of a session key: ``[A-Za-z0-9._-]`` kept, every other byte ``%XX``.
+
+    A name longer than ``MAX_ENCODED_CHARS`` (file systems stop at 255 bytes, and archive names
+    add a timestamp) keeps its first part and ends in ``~`` and a SHA-256 of the key: ``~``
+    never occurs in an encoded key, so such a name cannot equal another key's. The key itself
+    is in the file's header line.
+    """
     # "." and ".." keep their dots: with the suffix they are plain names ("..jsonl").
-    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8"))
+    encoded = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8"))
+    if len(encoded) <= MAX_ENCODED_CHARS:
+        return encoded
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    head = encoded[:MAX_ENCODED_CHARS - len(digest) - 1]
+    head = head[:head.rfind("%")] if "%" in head[-2:] else head  # never cut a %XX in two
+    return f"{head}~{digest}"
 
 
 def decode_key(name: str) -> str:
-    """Invert :func:`encode_key`."""
+    """Invert :func:`encode_key` (for a shortened name, read the header's key instead)."""
     raw = bytearray()
     i = 0
     while i < len(name):
@@ -202,9 +216,9 @@ class SessionStore:
         session = self._session(key)
         now = self.clock()
         ts = iso_utc(now)
-        fd = os.open(session.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(session.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            # fstat, not our cached size, says whether the file is new: another process
+            # fstat, not a cached size, says whether the file is new: another process
             # (``cloudybot sessions rotate``) may have archived it since we last wrote.
             size = os.fstat(fd).st_size
             lines = []
@@ -215,11 +229,19 @@ class SessionStore:
             lines.extend({**event, "ts": ts} for event in events)
             data = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
                            for line in lines).encode("utf-8")
-            os.write(fd, data)
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # end a torn line (a crash, a full disk) before ours
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
+
+    def exists(self, key: str) -> bool:
+        """Whether the session has an active file."""
+        return self.path_for(key).exists()
 
     def exchanges(self, key: str) -> dict[int, ToolExchange]:
         """Tool exchanges of this session by the id of the reply they preceded."""
@@ -240,7 +262,9 @@ class SessionStore:
         """``(key, size, mtime)`` of every active session file."""
         for path in sorted(self.root.glob(f"*{SUFFIX}")):
             stat = path.stat()
-            yield decode_key(path.name[: -len(SUFFIX)]), stat.st_size, stat.st_mtime
+            name = path.name[: -len(SUFFIX)]
+            yield (_header_key(path) if "~" in name else decode_key(name)), stat.st_size, \
+                stat.st_mtime
 
     def archives_of(self, key: str) -> list[Path]:
         """The archived files of ``key``, oldest first."""
@@ -276,6 +300,16 @@ def _archived_key(name: str) -> str:
     """The encoded key of an archive file name ``{enc}.{stamp}.jsonl``."""
     stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
     return stem.rsplit(".", 2)[0] if stem.count(".") >= 2 else stem
+
+
+def _header_key(path: Path) -> str:
+    """The key recorded in a session file's header line."""
+    try:
+        with path.open("rb") as handle:
+            header = json.loads(handle.readline() or b"{}")
+        return str(header["key"])
+    except (ValueError, KeyError, TypeError):
+        return path.name
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

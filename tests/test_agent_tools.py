@@ -463,9 +463,6 @@ async def test_tool_pairs_stay_whole_across_many_trimmed_turns(
     assert any(m.get("tool_call_id") for m in last[:-2])  # and old exchanges are still sent
 
 
-@pytest.mark.xfail(reason="BUG: when a turn's own tool results overflow MAX_CONTEXT the agent "
-                          "gives up instead of dropping the oldest recent messages first",
-                   strict=True)
 async def test_a_turns_tool_results_push_out_old_history_before_giving_up(
         start_clocked: StartClocked, fake_llm: FakeLLM, pm: PluginManager) -> None:
     async def bulky(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -517,9 +514,6 @@ async def test_a_password_in_a_tool_result_never_reaches_the_session_file(
     assert replayed and PASSWORD not in replayed[0]["content"]
 
 
-@pytest.mark.xfail(reason="BUG: tool-call arguments (and text sent with the calls) are written "
-                          "to the session file unredacted, so a browser login leaks the "
-                          "saved password there", strict=True)
 async def test_a_password_in_tool_call_arguments_never_reaches_the_session_file(
         start_clocked: StartClocked, fake_llm: FakeLLM, pm: PluginManager) -> None:
     async def browser_login(arguments: dict[str, Any], context: ToolContext) -> str:

@@ -293,9 +293,6 @@ async def test_threads_and_users_get_files_of_their_own(start_clocked: StartCloc
             user, thread, message)
 
 
-@pytest.mark.xfail(reason="BUG: a valid long session key makes a file name over 255 bytes; "
-                          "/chat answers 500 (ENAMETOOLONG from stat in rotation_due)",
-                   strict=True)
 async def test_longest_valid_thread_and_user_ids_still_chat(start_clocked: StartClocked) -> None:
     harness = await start_clocked()
     auth = await harness.user("u" * 128)
@@ -649,9 +646,6 @@ async def test_rotate_session_if_needed_touches_only_that_thread(
     assert session_file(harness, "alice--t2.jsonl").exists()
 
 
-@pytest.mark.xfail(reason="BUG: a rotation outside a turn (rotate_session_if_needed, CLI) is "
-                          "not told to the model: the next prompt lacks the rotation hint",
-                   strict=True)
 async def test_the_turn_after_an_out_of_turn_rotation_carries_the_hint(
         start_clocked: StartClocked, clock: FakeClock, fake_llm: FakeLLM) -> None:
     harness = await start_clocked()
@@ -719,10 +713,6 @@ async def test_after_a_crash_mid_write_the_next_turn_appends_cleanly(
         "before the crash", "after the crash"]
 
 
-@pytest.mark.xfail(reason="BUG: a torn last line left while the gateway runs (a failed or short "
-                          "os.write) is only repaired when a process first opens the session; "
-                          "the next append glues onto it and its first event is lost",
-                   strict=True)
 async def test_a_torn_line_left_while_running_does_not_swallow_the_next_event(
         start_clocked: StartClocked) -> None:
     harness = await start_clocked()

@@ -201,8 +201,6 @@ async def test_a_running_gateway_notices_a_rotation_from_the_cli(
     assert {"role": "assistant", "content": "It is 5."} in messages
 
 
-@pytest.mark.xfail(reason="BUG: after `cloudybot sessions rotate`, the next turn's prompt lacks "
-                          "the rotation hint though its tool state is gone", strict=True)
 async def test_the_turn_after_a_cli_rotation_carries_the_hint(
         harness_with_turns: Turns, data_dir: Path, fake_llm: FakeLLM) -> None:
     harness, auth = harness_with_turns
