@@ -178,6 +178,7 @@ class Inbox:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.queues = ConversationQueues(self._handle, gateway.spawn)
+        self.backoff_seconds = DELIVERY_BACKOFF_SECONDS
 
     def receive(self, message: InboundMessage) -> None:
         """Accept a message; it is handled in the background, in order per conversation."""
@@ -262,7 +263,7 @@ class Inbox:
             except DeliveryRetry as exc:
                 wait = exc.after
             except Exception as exc:
-                wait = DELIVERY_BACKOFF_SECONDS * 2**attempt
+                wait = self.backoff_seconds * 2**attempt
                 log.warning("delivery to %s failed (%s: %s)", message.conversation,
                             type(exc).__name__, exc)
             if attempt + 1 < DELIVERY_ATTEMPTS:
