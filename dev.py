@@ -2,7 +2,8 @@
 """Self-installing entry point: needs only Python 3.11+ on the machine.
 
     python3 dev.py serve [cloudybot serve options]   # install into .venv, run the gateway
-    python3 dev.py test  [pytest options]            # install with test extras, ruff, pytest
+    python3 dev.py test  [pytest options]            # install with test extras, ruff, mypy,
+                                                     # pytest, then the example plugins' tests
 
 The virtual environment lives in ``.venv`` and is reinstalled only when ``pyproject.toml``
 changes (a stamp file records the hash it was installed from).
@@ -44,8 +45,24 @@ def _install(extras: str) -> None:
     stamp.touch()
 
 
+def _install_example(folder: Path) -> None:
+    """Install an example plugin package (editable) unless already current."""
+    digest = hashlib.sha256((folder / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    stamp = VENV / f".example-{folder.name}-{digest}"
+    if stamp.exists():
+        return
+    print(f"dev.py: installing example {folder.name}", flush=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "-e", str(folder)], cwd=ROOT, check=True)
+    stamp.touch()
+
+
 def _run(argv: list[str]) -> int:
-    return subprocess.run(argv, cwd=ROOT).returncode
+    return _run_in(ROOT, argv)
+
+
+def _run_in(folder: Path, argv: list[str]) -> int:
+    return subprocess.run(argv, cwd=folder).returncode
 
 
 def main(args: list[str]) -> int:
@@ -58,13 +75,17 @@ def main(args: list[str]) -> int:
         return _run([str(BIN / "cloudybot"), "serve", *rest])
     if command == "test":
         _install("test")
-        for extra in sorted((ROOT / "examples").glob("*/pyproject.toml")):
-            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "-e",
-                            str(extra.parent)], cwd=ROOT, check=True)
-        lint = _run([str(BIN / "ruff"), "check", "gateway", "channels", "plugins", "tests"])
+        examples = sorted(p.parent for p in (ROOT / "examples").glob("*/pyproject.toml"))
+        for example in examples:
+            _install_example(example)
+        lint = _run([str(BIN / "ruff"), "check", "gateway", "channels", "plugins", "tests",
+                     "examples", "bench"])
         types = _run([str(BIN / "mypy"), "gateway"])
         tests = _run([str(PYTHON), "-m", "pytest", *rest])
-        return lint or types or tests
+        # Third-party plugins' own suites, run the way their authors would.
+        example_tests = [_run_in(example, [str(PYTHON), "-m", "pytest", "-q"])
+                         for example in examples] if not rest else []
+        return lint or types or tests or next((rc for rc in example_tests if rc), 0)
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -1,0 +1,127 @@
+"""A generic signed-webhook channel for CloudyBot (an example of a third-party channel plugin)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway import Channel, Gateway, hookimpl
+from gateway.errors import BadRequest, Unauthorized
+from gateway.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
+
+NAME = "webhook"
+MAX_SKEW_SECONDS = 300
+MAX_CHARS = 8000
+IDENTIFIER = re.compile(r"[A-Za-z0-9_.:@-]{1,100}")
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=`` + hex HMAC-SHA256 of ``"{timestamp}." + body``."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + digest.hexdigest()
+
+
+def signed_headers(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
+    """The headers that sign ``body`` (used for outbound calls, handy for senders' tests)."""
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    return {"X-Webhook-Timestamp": stamp, "X-Webhook-Signature": signature(secret, stamp, body),
+            "Content-Type": "application/json"}
+
+
+def _identifier(payload: dict[str, Any], field: str) -> str:
+    value = payload.get(field)
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
+        raise BadRequest(f"{field} must be 1-100 characters of A-Z a-z 0-9 _ . : @ -",
+                         code=f"invalid_{field}")
+    return value
+
+
+class WebhookChannel(Channel):
+    """Inbound on ``POST /webhook/messages``; replies POSTed to the callback URL."""
+
+    name = NAME
+
+    def __init__(self, gateway: Gateway) -> None:
+        table = gateway.settings.plugin_config.get(NAME, {})
+        self.gateway = gateway
+        self.secret = os.environ.get("CLOUDYBOT_WEBHOOK_SECRET") or str(table.get("secret", ""))
+        self.callback_url = (os.environ.get("CLOUDYBOT_WEBHOOK_CALLBACK_URL")
+                             or str(table.get("callback_url", "")))
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """On when both a secret and a callback URL are configured."""
+        return bool(self.secret and self.callback_url)
+
+    def routes(self) -> list[web.RouteDef]:
+        """``POST /webhook/messages`` when enabled."""
+        return [web.post("/webhook/messages", self.receive)] if self.enabled else []
+
+    async def start(self) -> None:
+        """Open the HTTP session used for replies."""
+        if self.enabled and self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
+
+    async def stop(self) -> None:
+        """Close the HTTP session."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def receive(self, request: web.Request) -> web.Response:
+        """Verify the signature before parsing; queue the message; answer 202 at once."""
+        body = await request.read()
+        stamp = request.headers.get("X-Webhook-Timestamp", "")
+        given = request.headers.get("X-Webhook-Signature", "")
+        if not stamp.isdigit() or abs(time.time() - int(stamp)) > MAX_SKEW_SECONDS:
+            raise Unauthorized("missing or stale X-Webhook-Timestamp")
+        if not hmac.compare_digest(given, signature(self.secret, stamp, body)):
+            raise Unauthorized("bad X-Webhook-Signature")
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            raise BadRequest("the body is not JSON", code="invalid_json") from None
+        if not isinstance(payload, dict):
+            raise BadRequest("the body must be a JSON object", code="invalid_json")
+        message_id = _identifier(payload, "id")
+        conversation = _identifier(payload, "conversation")
+        sender = _identifier(payload, "sender")
+        text = payload.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest("text must be a non-empty string", code="invalid_text")
+        self.gateway.receive(InboundMessage(
+            channel=NAME, conversation=f"{NAME}:{conversation}", sender=f"{NAME}:{sender}",
+            message_id=message_id, text=text, reply=self._replier(message_id, conversation),
+            max_chars=MAX_CHARS))
+        return web.json_response({"accepted": True}, status=202)
+
+    def _replier(self, message_id: str, conversation: str) -> Any:
+        async def reply(text: str) -> None:
+            if self._session is None:
+                raise DeliveryFailed("the channel is stopped")
+            body = json.dumps({"inReplyTo": message_id, "conversation": conversation,
+                               "text": text}).encode()
+            async with self._session.post(self.callback_url, data=body,
+                                          headers=signed_headers(self.secret, body)) as answer:
+                if answer.status == 429:
+                    raise DeliveryRetry(float(answer.headers.get("Retry-After", "1")))
+                if 400 <= answer.status < 500:
+                    raise DeliveryFailed(f"callback answered {answer.status}")
+                answer.raise_for_status()  # 5xx: the kit retries with backoff
+
+        return reply
+
+
+@hookimpl
+def register_channels(gateway: Gateway) -> list[Channel]:
+    """Register the webhook channel (inactive until configured)."""
+    return [WebhookChannel(gateway)]
