@@ -16,14 +16,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
-from .billing import charge_for
+from .billing import OUT_OF_CREDITS, Admission, charge_for
 from .errors import NotFound, PaymentRequired, ProviderError
 from .interfaces import Completion, CompletionRequest, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import redact
 from .sessions import Rotation, ToolExchange
-from .store import Charge, NewMessage, SecretRecord, SummaryCommit, ThreadRef, TurnCommit
+from .store import (
+    Charge,
+    NewMessage,
+    SecretRecord,
+    SummaryCommit,
+    ThreadRef,
+    TurnCommit,
+    TurnState,
+)
 from .tokens import REPLY_PRIMING
 from .tools import ToolContext, run_tool
 
@@ -193,11 +201,25 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                    ) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due."""
     settings = gw.settings
-    state = await gw.store.load_turn(ref, user_id, specialist)
-    if specialist is not None and state.specialist_instructions is None:
-        raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
-    if state.user.credits <= 0:
-        raise PaymentRequired("no AI credits left; ask for a grant or wait for the next period")
+    with gw.credit_guard.admit(user_id) as admission:  # before the balance is read
+        state = await gw.store.load_turn(ref, user_id, specialist)
+        user = await gw.current_user(state.user)
+        if specialist is not None and state.specialist_instructions is None:
+            raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
+        plan = settings.plans.get(user.plan)
+        gw.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
+        if admission.available(user.credits) <= 0:
+            raise PaymentRequired(OUT_OF_CREDITS)
+        return await _answer(gw, user_id, ref, message, specialist, inbound, state,
+                             user.credits, admission)
+
+
+async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
+                  specialist: str | None, inbound: tuple[str, str] | None, state: TurnState,
+                  balance: int, admission: Admission,
+                  ) -> tuple[TurnResult, PendingSummary | None]:
+    """The turn after admission: prompt, agent, commit, session, observers."""
+    settings = gw.settings
 
     rotation = await gw.rotate_session(ref.session_key, None)
     # A conversation with history but no session file starts a new session this turn, whether
@@ -229,11 +251,13 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.counter,
         settings.max_context,
     )
+    estimate = charge_for(settings, "chat", settings.llm_model, prompt.prompt_tokens,
+                          settings.llm_max_tokens).credits
+    admission.reserve(balance, max(estimate, 1))  # released if anything below fails
     run = await _run_agent(gw, turn, prompt, secrets)
     reply = redact(run.text, secrets).strip()
     if not reply:
         raise ProviderError("the provider returned an empty reply")
-
     stored_message = redact(message, secrets)
     written = await gw.store.commit_turn(TurnCommit(
         ref=ref,
@@ -243,6 +267,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         charges=run.charges,
         inbound=inbound,
     ))
+    admission.settle(sum(c.credits for c in run.charges))
     reply_id = written.message_ids[-1]
     exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
         if run.exchange else None
@@ -290,6 +315,8 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
                     pending.ref.session_key)
         return False
     prompt_tokens, completion_tokens = _usage(gw, completion, list(request.messages))
+    charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
+                        completion_tokens)
     applied = await gw.store.commit_summary(SummaryCommit(
         session_key=pending.ref.session_key,
         billed_user=pending.billed_user,
@@ -297,10 +324,10 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         summary=summary,
         summary_tokens=gw.counter.count(summary),
         folded_through_id=folded[-1].id,
-        charge=charge_for(settings, "summarize", completion.model, prompt_tokens,
-                          completion_tokens),
+        charge=charge,
     ))
     if applied:
+        gw.credit_guard.charged(pending.billed_user, charge.credits)
         gw.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
     else:
         log.info("summarization of %s discarded: the thread changed meanwhile",

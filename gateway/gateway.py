@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import agent, hooks, validation
+from .billing import CreditGuard, RateLimiter, period_of
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized
 from .inbound import InboundMessage, Inbox
@@ -48,6 +49,8 @@ class Gateway:
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
+        self.credit_guard = CreditGuard()
+        self.rate_limiter = RateLimiter(clock)
         self._provider: Provider | None = None
         self._providers: dict[str, Provider] | None = None
         self.channels: dict[str, Channel] = {}
@@ -168,8 +171,19 @@ class Gateway:
         opening = chosen.credits if credits is None else credits
         if opening < 0:
             raise BadRequest("credits must be >= 0", code="invalid_credits")
-        user = await self.store.create_user(user_id, plan_name, opening, chosen.browser_minutes)
+        user = await self.store.create_user(user_id, plan_name, opening, chosen.browser_minutes,
+                                            period_of(self.clock()))
         return user, await self.issue_token(user_id)
+
+    async def current_user(self, user: User) -> User:
+        """The account with this period's monthly grant applied (once per period, on its own:
+        no cron needed). An account on a plan the configuration no longer has is left as is."""
+        period = period_of(self.clock())
+        plan = self.settings.plans.get(user.plan)
+        if user.period >= period or plan is None:
+            return user
+        return await self.store.roll_period(user.user_id, user.period, period, plan.credits,
+                                            plan.browser_minutes)
 
     async def issue_token(self, user_id: str) -> str:
         """A new API token for the account; earlier tokens stop working."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
+from .billing import period_of
 from .commands import run_command
 from .errors import GatewayError, PayloadTooLarge, PaymentRequired, ProviderError
 from .store import ThreadRef, User
@@ -190,7 +191,7 @@ class Inbox:
             return await gw.store.get_user(sender)
         plan = gw.settings.plans[gw.settings.default_plan]
         user, created = await gw.store.ensure_user(sender, plan.name, plan.credits,
-                                                   plan.browser_minutes)
+                                                   plan.browser_minutes, period_of(gw.clock()))
         if created:
             log.info("created account %s on plan %s", sender, plan.name)
         return user

@@ -134,7 +134,7 @@ async def test_next_turn_waits_for_summarization_and_sees_it(
 
 async def test_thirty_concurrent_turns_on_one_thread_are_serialized(
         harness: Harness, fake_llm: FakeLLM) -> None:
-    auth = await harness.user(credits=100_000)
+    auth = await harness.user(plan="team", credits=100_000)  # team: no rate limit
     responses = await asyncio.gather(*(harness.chat(auth, f"c{i}") for i in range(30)))
     assert all(r.status == 200 for r in responses)
     replies = {(await r.json())["reply"] for r in responses}

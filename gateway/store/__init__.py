@@ -11,6 +11,8 @@ from typing import Protocol
 from .records import (
     Charge,
     DisplayMessage,
+    ExpiredThread,
+    LedgerEntry,
     NewMessage,
     SecretRecord,
     StoredMessage,
@@ -36,11 +38,12 @@ class Store(Protocol):
 
     # --- accounts -----------------------------------------------------------
     async def create_user(self, user_id: str, plan: str, credits: int,
-                          browser_minutes: int) -> User:
-        """Create an account; raise ``BadRequest`` if it exists."""
+                          browser_minutes: int, period: str = "") -> User:
+        """Create an account whose balances (``period``'s) are one grant row; raise
+        ``BadRequest`` if it exists."""
 
     async def ensure_user(self, user_id: str, plan: str, credits: int,
-                          browser_minutes: int) -> tuple[User, bool]:
+                          browser_minutes: int, period: str = "") -> tuple[User, bool]:
         """Return the account, creating it first if needed; the flag says it was created."""
 
     async def get_user(self, user_id: str) -> User | None:
@@ -54,6 +57,33 @@ class Store(Protocol):
 
     async def user_for_token(self, token_hash: str) -> User | None:
         """The account owning this token hash, or None."""
+
+    # --- billing ------------------------------------------------------------------------
+    async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
+                          minutes: int) -> User:
+        """Start ``period`` if the user is still in ``expected``: top the balances up to
+        ``credits``/``minutes`` (a ``monthly_grant`` row). Idempotent across processes."""
+
+    async def set_plan(self, user_id: str, plan: str, credits: int, minutes: int) -> User:
+        """Move the user to ``plan``, topping the balances up to its amounts at once."""
+
+    async def charge_minutes(self, user_id: str, thread_key: str | None, minutes: int,
+                             what: str = "browser") -> User:
+        """Take metered browser minutes (a ledger row of kind ``what``)."""
+
+    async def ledger_page(self, user_id: str, limit: int, before: int | None
+                          ) -> tuple[list[LedgerEntry], int | None]:
+        """Up to ``limit`` ledger rows older than ``before``, newest first, and the cursor."""
+
+    async def ledger_totals(self, user_id: str, since: str) -> dict[str, Charge]:
+        """Per-kind sums of the user's ledger rows from ``since`` (ISO time) on; each Charge's
+        ``model`` field holds the row count."""
+
+    async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
+        """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
+
+    async def prune_inbound(self, before: str) -> int:
+        """Forget answered channel message ids older than ``before``; return how many."""
 
     # --- threads and pinned memory -----------------------------------------
     async def get_thread(self, session_key: str) -> Thread | None:
@@ -137,6 +167,8 @@ class Store(Protocol):
 __all__ = [
     "Charge",
     "DisplayMessage",
+    "ExpiredThread",
+    "LedgerEntry",
     "NewMessage",
     "SecretRecord",
     "Store",

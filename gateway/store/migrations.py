@@ -96,4 +96,11 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX inbound_seen_at ON inbound_seen(seen_at);
     """,
+    # 3: billing periods (monthly grants) and browser minutes in the ledger
+    """
+    ALTER TABLE users ADD COLUMN period TEXT NOT NULL DEFAULT '';
+    UPDATE users SET period = substr(created_at, 1, 7);
+    ALTER TABLE ledger ADD COLUMN minutes INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX threads_updated ON threads(updated_at);
+    """,
 )

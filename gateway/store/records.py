@@ -14,6 +14,7 @@ class User:
     credits: int
     browser_minutes: int
     created_at: str
+    period: str  # the billing period (UTC "YYYY-MM") whose grant the balance includes
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,34 @@ class NewMessage:
 
 @dataclass(frozen=True)
 class Charge:
-    """One LLM call, to be written as a ledger row and taken from the balance."""
+    """One ledger row: an LLM call, metered browser time, or (negative amounts) a grant."""
 
     kind: str
     model: str
     prompt_tokens: int
     completion_tokens: int
     credits: int
+    minutes: int = 0
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A ledger row as the usage API shows it."""
+
+    id: int
+    thread_key: str | None
+    charge: Charge
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ExpiredThread:
+    """A thread whose owner's plan retention has passed."""
+
+    session_key: str
+    user_id: str
+    plan: str
+    updated_at: str
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from .migrations import MIGRATIONS
 from .records import (
     Charge,
     DisplayMessage,
+    ExpiredThread,
+    LedgerEntry,
     SecretRecord,
     StoredMessage,
     SummaryCommit,
@@ -35,6 +37,7 @@ from .records import (
 
 T = TypeVar("T")
 
+_USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
 _THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
                    "summary_version, created_at, updated_at")
 
@@ -92,12 +95,29 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
             now: str) -> None:
     conn.execute(
         "INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
-        " completion_tokens, credits, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        " completion_tokens, credits, minutes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (user_id, thread_key, charge.kind, charge.model, charge.prompt_tokens,
-         charge.completion_tokens, charge.credits, now),
+         charge.completion_tokens, charge.credits, charge.minutes, now),
     )
-    conn.execute("UPDATE users SET credits = credits - ? WHERE user_id = ?",
-                 (charge.credits, user_id))
+    conn.execute("UPDATE users SET credits = credits - ?, browser_minutes = browser_minutes - ?"
+                 " WHERE user_id = ?", (charge.credits, charge.minutes, user_id))
+
+
+def _get_user(conn: sqlite3.Connection, user_id: str) -> User:
+    row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
+                       (user_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no user {user_id!r}", code="user_not_found")
+    return _user(row)
+
+
+def _top_up(conn: sqlite3.Connection, user: User, credits: int, minutes: int, kind: str,
+            now: str) -> None:
+    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
+    add_credits = max(0, credits - user.credits)
+    add_minutes = max(0, minutes - user.browser_minutes)
+    if add_credits or add_minutes:
+        _charge(conn, user.user_id, None, Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
 
 
 def _mark_inbound(conn: sqlite3.Connection, channel: str, message_id: str, now: str) -> bool:
@@ -167,45 +187,44 @@ class SQLiteStore:
 
     # --- accounts ---------------------------------------------------------------
     async def create_user(self, user_id: str, plan: str, credits: int,
-                          browser_minutes: int) -> User:
+                          browser_minutes: int, period: str = "") -> User:
         """Create an account; raise ``BadRequest`` if it exists."""
-        user, created = await self.ensure_user(user_id, plan, credits, browser_minutes)
+        user, created = await self.ensure_user(user_id, plan, credits, browser_minutes, period)
         if not created:
             raise BadRequest(f"user {user_id!r} already exists", code="user_exists")
         return user
 
     async def ensure_user(self, user_id: str, plan: str, credits: int,
-                          browser_minutes: int) -> tuple[User, bool]:
+                          browser_minutes: int, period: str = "") -> tuple[User, bool]:
         """Return the account, creating it first if needed; the flag says it was created."""
         def run(conn: sqlite3.Connection) -> tuple[User, bool]:
             now = utc_now()
             created = conn.execute(
-                "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at)"
-                " VALUES (?, ?, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
-                (user_id, plan, browser_minutes, now),
+                "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
+                " VALUES (?, ?, 0, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
+                (user_id, plan, now, period or now[:7]),
             ).rowcount == 1
-            if created and credits:
+            if created and (credits or browser_minutes):
                 # The opening balance is a grant like any other: balance == -sum(ledger).
-                _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), now)
-            row = conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)).fetchone()
-            return _user(row), created
+                _charge(conn, user_id, None,
+                        Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+            return _get_user(conn, user_id), created
         return await self._transaction(run)
 
     async def get_user(self, user_id: str) -> User | None:
         """The account, or None."""
         def run(conn: sqlite3.Connection) -> User | None:
-            row = conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)).fetchone()
+            row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
+                               (user_id,)).fetchone()
             return _user(row) if row else None
         return await self._read(run)
 
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> User:
-            if conn.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone() is None:
-                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            _get_user(conn, user_id)
             _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), utc_now())
-            return _user(conn.execute("SELECT * FROM users WHERE user_id = ?", (user_id,))
-                         .fetchone())
+            return _get_user(conn, user_id)
         return await self._transaction(run)
 
     async def replace_token(self, user_id: str, token_hash: str) -> None:
@@ -222,10 +241,86 @@ class SQLiteStore:
         """The account owning this token hash, or None."""
         assert self._db is not None
         rows = await self._db.execute_fetchall(
-            "SELECT u.* FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = ?",
+            "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period"
+            " FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = ?",
             (token_hash,),
         )
         return _user(next(iter(rows))) if rows else None
+
+    async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
+                          minutes: int) -> User:
+        """Start ``period`` for the user if still in ``expected``: top the balances up to the
+        plan's ``credits`` and ``minutes`` (a ``monthly_grant`` row). Idempotent: a second call,
+        from this or another process, finds the period already started and changes nothing."""
+        def run(conn: sqlite3.Connection) -> User:
+            moved = conn.execute("UPDATE users SET period = ? WHERE user_id = ? AND period = ?",
+                                 (period, user_id, expected)).rowcount == 1
+            user = _get_user(conn, user_id)
+            if moved:
+                _top_up(conn, user, credits, minutes, "monthly_grant", utc_now())
+                user = _get_user(conn, user_id)
+            return user
+        return await self._transaction(run)
+
+    async def set_plan(self, user_id: str, plan: str, credits: int, minutes: int) -> User:
+        """Move the user to ``plan``, topping the balances up to its amounts at once."""
+        def run(conn: sqlite3.Connection) -> User:
+            _get_user(conn, user_id)
+            conn.execute("UPDATE users SET plan = ? WHERE user_id = ?", (plan, user_id))
+            _top_up(conn, _get_user(conn, user_id), credits, minutes, "plan_grant", utc_now())
+            return _get_user(conn, user_id)
+        return await self._transaction(run)
+
+    async def charge_minutes(self, user_id: str, thread_key: str | None, minutes: int,
+                             what: str = "browser") -> User:
+        """Take metered browser minutes (a ledger row of kind ``what``)."""
+        def run(conn: sqlite3.Connection) -> User:
+            _get_user(conn, user_id)
+            _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes), utc_now())
+            return _get_user(conn, user_id)
+        return await self._transaction(run)
+
+    async def ledger_page(self, user_id: str, limit: int, before: int | None
+                          ) -> tuple[list[LedgerEntry], int | None]:
+        """Up to ``limit`` ledger rows older than ``before``, newest first, and the next cursor."""
+        def run(conn: sqlite3.Connection) -> tuple[list[LedgerEntry], int | None]:
+            rows = conn.execute(
+                "SELECT id, thread_key, kind, model, prompt_tokens, completion_tokens, credits,"
+                " minutes, created_at FROM ledger WHERE user_id = ? AND id < ?"
+                " ORDER BY id DESC LIMIT ?",
+                (user_id, before if before is not None else 2**62, limit + 1)).fetchall()
+            entries = [LedgerEntry(r[0], r[1], Charge(*r[2:8]), r[8]) for r in rows[:limit]]
+            return entries, (entries[-1].id if len(rows) > limit else None)
+        return await self._read(run)
+
+    async def ledger_totals(self, user_id: str, since: str) -> dict[str, Charge]:
+        """Per-kind sums of the user's ledger rows from ``since`` (ISO time) on."""
+        def run(conn: sqlite3.Connection) -> dict[str, Charge]:
+            rows = conn.execute(
+                "SELECT kind, count(*), sum(prompt_tokens), sum(completion_tokens), sum(credits),"
+                " sum(minutes) FROM ledger WHERE user_id = ? AND created_at >= ?"
+                " GROUP BY kind ORDER BY kind", (user_id, since)).fetchall()
+            return {r[0]: Charge(r[0], str(r[1]), r[2], r[3], r[4], r[5]) for r in rows}
+        return await self._read(run)
+
+    # --- retention -----------------------------------------------------------------------
+    async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
+        """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
+        def run(conn: sqlite3.Connection) -> list[ExpiredThread]:
+            expired = []
+            for plan, cutoff in cutoffs.items():
+                rows = conn.execute(
+                    "SELECT t.session_key, t.user_id, u.plan, t.updated_at FROM threads t"
+                    " JOIN users u USING (user_id) WHERE u.plan = ? AND t.updated_at < ?"
+                    " ORDER BY t.updated_at", (plan, cutoff)).fetchall()
+                expired += [ExpiredThread(*row) for row in rows]
+            return expired
+        return await self._read(run)
+
+    async def prune_inbound(self, before: str) -> int:
+        """Forget answered channel message ids older than ``before``; return how many."""
+        return await self._transaction(lambda conn: conn.execute(
+            "DELETE FROM inbound_seen WHERE seen_at < ?", (before,)).rowcount)
 
     # --- threads and pinned memory ---------------------------------------------
     async def get_thread(self, session_key: str) -> Thread | None:
@@ -340,7 +435,7 @@ class SQLiteStore:
                         specialist: str | None) -> TurnState:
         """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> TurnState:
-            user_row = conn.execute("SELECT * FROM users WHERE user_id = ?",
+            user_row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
                                     (user_id,)).fetchone()
             if user_row is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
@@ -490,7 +585,7 @@ class SQLiteStore:
         """The user's ledger rows, oldest first."""
         def run(conn: sqlite3.Connection) -> list[Charge]:
             rows = conn.execute(
-                "SELECT kind, model, prompt_tokens, completion_tokens, credits FROM ledger"
-                " WHERE user_id = ? ORDER BY id", (user_id,))
+                "SELECT kind, model, prompt_tokens, completion_tokens, credits, minutes"
+                " FROM ledger WHERE user_id = ? ORDER BY id", (user_id,))
             return [Charge(*row) for row in rows.fetchall()]
         return await self._read(run)
