@@ -1,4 +1,5 @@
-"""The ``cloudybot`` command: serve, users add|grant|token, sessions list|show|rotate, plugins."""
+"""The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, sessions
+list|show|rotate, plugins."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from typing import TypeVar
 from aiohttp import web
 
 from .app import build_app
+from .billing import period_bounds
 from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
 from .plugins import describe_plugins, make_plugin_manager
+from .retention import PurgeReport, purge
 from .sessions import SessionStore, iso_utc, read_events
+from .store import ExpiredThread
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
 
@@ -89,6 +93,68 @@ def cmd_users_token(args: argparse.Namespace) -> int:
     token = _with_gateway(_settings(args), lambda gw: gw.issue_token(args.user_id))
     print(f"new API token for {args.user_id} (earlier tokens no longer work):")
     print(token)
+    return 0
+
+
+def cmd_users_plan(args: argparse.Namespace) -> int:
+    """Move an account to another plan (balances topped up to the plan's amounts at once)."""
+    settings = _settings(args)
+    plan = settings.plans.get(args.plan)
+    if plan is None:
+        raise GatewayError(f"no plan named {args.plan!r} (plans: {', '.join(settings.plans)})")
+    user = _with_gateway(settings, lambda gw: gw.store.set_plan(
+        args.user_id, plan.name, plan.credits, plan.browser_minutes))
+    print(f"{user.user_id} is on plan {user.plan}: {user.credits} credits, "
+          f"{user.browser_minutes} browser minutes")
+    return 0
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    """Print an account's balances, this period's totals per kind, and its latest ledger rows."""
+    async def work(gw: Gateway) -> None:
+        stored = await gw.store.get_user(args.user_id)
+        if stored is None:
+            raise GatewayError(f"no user {args.user_id!r}")
+        user = await gw.current_user(stored)
+        start, end = period_bounds(user.period)
+        totals = await gw.store.ledger_totals(user.user_id, start)
+        entries, _ = await gw.store.ledger_page(user.user_id, args.limit, None)
+        print(f"{user.user_id}  plan {user.plan}  credits {user.credits}  "
+              f"browser minutes {user.browser_minutes}  period {start[:10]} to {end[:10]}")
+        print(f"\n{'kind':<14}{'calls':>7}{'prompt tok':>12}{'compl. tok':>12}{'credits':>10}"
+              f"{'minutes':>9}")
+        for kind, total in totals.items():
+            print(f"{kind:<14}{total.model:>7}{total.prompt_tokens:>12}"
+                  f"{total.completion_tokens:>12}{total.credits:>10}{total.minutes:>9}")
+        print(f"\n{'time (UTC)':<21}{'kind':<14}{'model':<18}{'tokens':>12}{'credits':>9}  thread")
+        for entry in entries:
+            charge = entry.charge
+            tokens = f"{charge.prompt_tokens}+{charge.completion_tokens}"
+            print(f"{entry.created_at[:19]:<21}{charge.kind:<14}{charge.model[:17]:<18}"
+                  f"{tokens:>12}{charge.credits:>9}  {entry.thread_key or ''}")
+    _with_gateway(_settings(args), work)
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Delete threads inactive longer than their owner's plan retention (or list them)."""
+    def progress(done: int, total: int, thread: ExpiredThread) -> None:
+        verb = "would purge" if args.dry_run else "purged"
+        print(f"[{done}/{total}] {verb} {thread.session_key} (plan {thread.plan}, "
+              f"last active {thread.updated_at[:19]})", flush=True)
+
+    async def work(gw: Gateway) -> PurgeReport:
+        gw.sessions = _session_store(gw.settings)
+        return await purge(gw, dry_run=args.dry_run, progress=progress)
+
+    report = _with_gateway(_settings(args), work)
+    plans = ", ".join(f"{plan}: {count}" for plan, count in sorted(report.by_plan().items()))
+    if args.dry_run:
+        print(f"dry run: {len(report.threads)} thread(s) would be purged"
+              f"{f' ({plans})' if plans else ''}; nothing was changed")
+    else:
+        print(f"purged {len(report.threads)} thread(s){f' ({plans})' if plans else ''}, "
+              f"{report.files} session file(s), {report.inbound_ids} old message id(s)")
     return 0
 
 
@@ -165,6 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     token = users.add_parser("token", parents=[common], help="issue a new API token")
     token.add_argument("user_id")
     token.set_defaults(handler=cmd_users_token)
+    plan = users.add_parser("plan", parents=[common], help="move an account to another plan")
+    plan.add_argument("user_id")
+    plan.add_argument("plan")
+    plan.set_defaults(handler=cmd_users_plan)
+
+    usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
+    usage.add_argument("user_id")
+    usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
+    usage.set_defaults(handler=cmd_usage)
+
+    purge_ = commands.add_parser("purge", parents=[common],
+                                 help="delete threads past their plan's retention")
+    purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
+    purge_.set_defaults(handler=cmd_purge)
 
     sessions = commands.add_parser("sessions", help="inspect agent sessions").add_subparsers(
         dest="sessions_command", required=True)

@@ -89,6 +89,14 @@ def _count(raw: Any) -> int:
     return value
 
 
+def _count_float(raw: Any) -> float:
+    rule = "must be a number >= 0"
+    value = float(_number(raw, float, rule))
+    if not 0 <= value < float("inf"):
+        raise ValueError(rule)
+    return value
+
+
 def _port(raw: Any) -> int:
     rule = "must be a port number (0-65535)"
     value = int(_number(raw, int, rule))
@@ -218,6 +226,9 @@ OPTIONS: tuple[Option, ...] = (
            "", _text, "signing secret that verifies POST /slack/events"),
     Option("slack_api_base", "slack", "api_base", "CLOUDYBOT_SLACK_API_BASE",
            "https://slack.com/api/", _name, "Web API base URL, ending in / (AsyncWebClient)"),
+    Option("purge_interval_minutes", "accounts", "purge_interval_minutes",
+           "CLOUDYBOT_PURGE_INTERVAL_MINUTES", 60.0, _count_float,
+           "serve purges expired threads this often (0: only `cloudybot purge`)"),
     Option("auto_provision", "accounts", "auto_provision", "CLOUDYBOT_AUTO_PROVISION", True,
            _flag, "create unknown channel senders on the default plan"),
     Option("default_plan", "accounts", "default_plan", "CLOUDYBOT_DEFAULT_PLAN", "free", _name,
@@ -260,6 +271,7 @@ class Settings:
     slack_bot_token: str = ""
     slack_signing_secret: str = ""
     slack_api_base: str = "https://slack.com/api/"
+    purge_interval_minutes: float = 60.0
     auto_provision: bool = True
     default_plan: str = "free"
     plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))

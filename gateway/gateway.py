@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import agent, hooks, validation
+from . import agent, hooks, retention, validation
 from .billing import CreditGuard, RateLimiter, period_of
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized
@@ -49,6 +49,7 @@ class Gateway:
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
+        self._purger: asyncio.Task[None] | None = None
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
         self._provider: Provider | None = None
@@ -108,6 +109,9 @@ class Gateway:
             await self._provider.start()
             for channel in self.channels.values():
                 await channel.start()
+            if self.settings.purge_interval_minutes > 0:
+                self._purger = asyncio.get_running_loop().create_task(
+                    retention.purge_periodically(self, self.settings.purge_interval_minutes * 60))
         except BaseException:
             await self.stop()
             raise
@@ -115,6 +119,10 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop the channels, finish background work, close the provider and the store."""
+        if self._purger is not None:
+            self._purger.cancel()
+            await asyncio.gather(self._purger, return_exceptions=True)
+            self._purger = None
         for channel in self.channels.values():
             try:
                 await channel.stop()
@@ -272,6 +280,19 @@ class Gateway:
         lease = await self.locks.acquire(ref.session_key)
         try:
             return await self.rotate_session(ref.session_key, None) is not None
+        finally:
+            lease.release()
+
+    async def purge_thread(self, session_key: str, last_update: str) -> tuple[bool, int]:
+        """Delete an expired thread and all its session files, unless it was updated after
+        ``last_update``; return (deleted, files removed)."""
+        lease = await self.locks.acquire(session_key)
+        try:
+            thread = await self.store.get_thread(session_key)
+            if thread is None or thread.updated_at > last_update:
+                return False, 0
+            await self.store.delete_thread(session_key)
+            return True, self.sessions.delete_all(session_key)
         finally:
             lease.release()
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import hooks
 from .billing import period_of
 from .commands import run_command
-from .errors import GatewayError, PayloadTooLarge, PaymentRequired, ProviderError
+from .errors import GatewayError, PayloadTooLarge, PaymentRequired, ProviderError, RateLimited
 from .store import ThreadRef, User
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ OUT_OF_CREDITS = "You have no AI credits left. Ask the operator for more, or wai
 PROVIDER_APOLOGY = ("Sorry, I could not reach the language model just now, so I could not "
                     "answer. Nothing was charged; please try again in a moment.")
 TOO_LONG = "Sorry, that message is too long for me to handle. Could you shorten it?"
+SLOW_DOWN = ("You are sending messages faster than your plan allows. "
+             "Please wait {seconds} s and send that again.")
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,8 @@ class Inbox:
             text = PROVIDER_APOLOGY
         except PayloadTooLarge:
             text = TOO_LONG
+        except RateLimited as exc:
+            text = SLOW_DOWN.format(seconds=max(1, round(exc.retry_after)))
         except GatewayError as exc:
             text = f"Sorry, I could not handle that: {exc.message}"
         await gw.store.mark_inbound(message.channel, message.message_id)

@@ -15,6 +15,7 @@ def api_routes() -> list[web.RouteDef]:
         web.put("/api/user/memory", memory.put_memory),
         web.delete("/api/user/memory", memory.delete_memory),
         web.get("/api/user/credits", account.get_credits),
+        web.get("/api/user/usage", account.get_usage),
         web.get("/api/user/browser-credentials", account.list_credentials),
         web.put("/api/user/browser-credentials", account.put_credential),
         web.delete("/api/user/browser-credentials", account.delete_credential),

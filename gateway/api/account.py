@@ -5,21 +5,53 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import validation
+from ..billing import period_bounds
 from ..errors import NotFound
-from ..store import SecretRecord
-from .context import caller
+from ..store import Charge, SecretRecord
+from .context import caller, int_param
 from .middleware import read_json_object
 
 MAX_SITE_CHARS = 253
+DEFAULT_USAGE_PAGE = 50
+MAX_USAGE_PAGE = 500
 MAX_SECRET_CHARS = 1000
 
 
 async def get_credits(request: web.Request) -> web.Response:
-    """Plan and balances."""
+    """Plan, balances and the current period (this month's grant applied if due)."""
     gateway, user = caller(request)
-    fresh = await gateway.store.get_user(user.user_id) or user
+    fresh = await gateway.current_user(await gateway.store.get_user(user.user_id) or user)
+    start, end = period_bounds(fresh.period)
     return web.json_response({"userId": fresh.user_id, "plan": fresh.plan,
-                              "credits": fresh.credits, "browserMinutes": fresh.browser_minutes})
+                              "credits": fresh.credits, "browserMinutes": fresh.browser_minutes,
+                              "period": fresh.period, "periodStart": start, "periodEnd": end})
+
+
+def _charge_json(charge: Charge) -> dict[str, object]:
+    return {"promptTokens": charge.prompt_tokens, "completionTokens": charge.completion_tokens,
+            "credits": charge.credits, "browserMinutes": charge.minutes}
+
+
+async def get_usage(request: web.Request) -> web.Response:
+    """The ledger, newest first (``?limit=&before=``), with per-kind totals of this period."""
+    gateway, user = caller(request)
+    limit = int_param(request, "limit", DEFAULT_USAGE_PAGE, low=1, high=MAX_USAGE_PAGE)
+    before = int_param(request, "before", None, low=1, high=2**62)
+    assert limit is not None
+    fresh = await gateway.current_user(user)
+    start, end = period_bounds(fresh.period)
+    entries, next_before = await gateway.store.ledger_page(user.user_id, limit, before)
+    totals = await gateway.store.ledger_totals(user.user_id, start)
+    return web.json_response({
+        "userId": user.user_id,
+        "period": fresh.period, "periodStart": start, "periodEnd": end,
+        "entries": [{"id": e.id, "kind": e.charge.kind, "model": e.charge.model,
+                     "thread": e.thread_key, "createdAt": e.created_at,
+                     **_charge_json(e.charge)} for e in entries],
+        "nextBefore": next_before,
+        "totals": {kind: {"count": int(t.model), **_charge_json(t)}
+                   for kind, t in totals.items()},
+    })
 
 
 def _specialist(name: str, instructions: str) -> web.Response:

@@ -1,0 +1,84 @@
+"""Retention: delete threads inactive longer than their owner's plan allows.
+
+A purged thread loses everything: conversation, display transcript, pinned keys, and its
+session files (active and archived). Runs from ``cloudybot purge`` and periodically in serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .store import ExpiredThread
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+log = logging.getLogger(__name__)
+INBOUND_IDS_KEPT_DAYS = 30
+
+
+@dataclass
+class PurgeReport:
+    """What a purge removed (or, in a dry run, would remove)."""
+
+    dry_run: bool
+    threads: list[ExpiredThread] = field(default_factory=list)
+    files: int = 0
+    inbound_ids: int = 0
+
+    def by_plan(self) -> Counter[str]:
+        """Purged threads per plan."""
+        return Counter(thread.plan for thread in self.threads)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def cutoffs(gateway: Gateway) -> dict[str, str]:
+    """``{plan: ISO time}``: threads of that plan untouched since then are expired."""
+    now = datetime.fromtimestamp(gateway.clock(), UTC)
+    return {name: _iso(now - timedelta(days=plan.retention_days))
+            for name, plan in gateway.settings.plans.items() if plan.retention_days > 0}
+
+
+async def purge(gateway: Gateway, *, dry_run: bool = False,
+                progress: Callable[[int, int, ExpiredThread], None] | None = None
+                ) -> PurgeReport:
+    """Delete expired threads and their session files; with ``dry_run`` change nothing."""
+    report = PurgeReport(dry_run)
+    expired = await gateway.store.expired_threads(cutoffs(gateway))
+    for index, thread in enumerate(expired, start=1):
+        if not dry_run:
+            removed, files = await gateway.purge_thread(thread.session_key, thread.updated_at)
+            if not removed:
+                continue  # used again since it was listed
+            report.files += files
+        report.threads.append(thread)
+        if progress is not None:
+            progress(index, len(expired), thread)
+    if not dry_run:
+        moment = datetime.fromtimestamp(gateway.clock(), UTC)
+        report.inbound_ids = await gateway.store.prune_inbound(
+            _iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
+        gateway.rate_limiter.prune()
+    if report.threads:
+        log.info("retention: %s %d thread(s), %d session file(s)",
+                 "would purge" if dry_run else "purged", len(report.threads), report.files)
+    return report
+
+
+async def purge_periodically(gateway: Gateway, interval_seconds: float) -> None:
+    """Purge every ``interval_seconds`` until cancelled; a failed run is logged, not fatal."""
+    while True:
+        await asyncio.sleep(interval_seconds)
+        try:
+            await purge(gateway)
+        except Exception:
+            log.exception("retention purge failed; will try again")
