@@ -286,8 +286,6 @@ async def test_users_add_reads_plans_from_config_file(
         assert (body["plan"], body["credits"]) == ("gold", 777)
 
 
-@pytest.mark.xfail(reason="BUG: SPEC §8 lists `cloudybot purge` (retention); the CLI has no "
-                          "such command", strict=True)
 def test_purge_command_exists_and_exits_0(data_dir: Path) -> None:
     assert cloudybot(data_dir, "users", "add", "alice").returncode == 0
     result = cloudybot(data_dir, "purge")
