@@ -1,0 +1,165 @@
+"""The load client and process helpers shared by every HTTP benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+MESSAGE = "Please remember that the quarterly report is due on Friday, and remind me later."
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A server process under test."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+
+    def rss_kib(self, field_name: str = "VmRSS") -> int:
+        """Resident memory of the process (``VmHWM`` for the peak), in KiB."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        """Terminate and reap the process."""
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_server(args: list[str], env: Mapping[str, str], port: int,
+                 timeout: float = 20.0) -> tuple[Server, float]:
+    """Start ``python args...`` and wait for ``/healthz``; return it and the seconds it took."""
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = started + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{args} exited: {process.stderr.read().decode()[-2000:]}"
+                               if process.stderr else f"{args} exited")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                pass
+            if _healthy(url):
+                return Server(process, url), time.perf_counter() - started
+        except OSError:
+            pass
+        if time.perf_counter() > deadline:
+            process.kill()
+            raise RuntimeError(f"{args} did not become healthy in {timeout} s")
+        time.sleep(0.01)  # polling a booting server; not part of any measured figure
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class LoadResult:
+    """Turns driven, wall time, and each turn's latency in milliseconds."""
+
+    turns: int = 0
+    seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def per_second(self) -> float:
+        return self.turns / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return 0.0
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else 0.0
+
+
+async def drive(url: str, token: str, concurrency: int, turns_each: int, prefix: str,
+                warmup: int = 5) -> LoadResult:
+    """``concurrency`` workers, each on its own thread, each sending ``turns_each`` turns."""
+    result = LoadResult()
+    headers = {"Authorization": f"Bearer {token}"}
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(url, connector=connector, headers=headers) as session:
+        async def turn(thread: str) -> float:
+            started = time.perf_counter()
+            async with session.post("/chat", json={"threadId": thread,
+                                                   "message": MESSAGE}) as answer:
+                await answer.read()
+                if answer.status != 200:
+                    result.errors += 1
+            return (time.perf_counter() - started) * 1000
+
+        for index in range(warmup):
+            await turn(f"{prefix}-warmup-{index % concurrency}")
+
+        async def worker(index: int) -> None:
+            for _ in range(turns_each):
+                result.latencies_ms.append(await turn(f"{prefix}-{index}"))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        result.seconds = time.perf_counter() - started
+    result.turns = concurrency * turns_each
+    return result
+
+
+def gateway_env(data_dir: Path, provider: str, llm_url: str = "") -> dict[str, str]:
+    """The environment of a gateway under test."""
+    env = {"CLOUDYBOT_DATA_DIR": str(data_dir), "CLOUDYBOT_LLM_PROVIDER": provider,
+           "CLOUDYBOT_LLM_MODEL": "bench-model", "CLOUDYBOT_PURGE_INTERVAL_MINUTES": "0",
+           "HTTP_PROXY": "", "HTTPS_PROXY": "", "http_proxy": "", "https_proxy": ""}
+    if llm_url:
+        env["CLOUDYBOT_LLM_BASE_URL"] = llm_url
+        env["CLOUDYBOT_LLM_API_KEY"] = "sk-bench"
+    return env
+
+
+def add_user(env: dict[str, str], user_id: str = "bench") -> str:
+    """Create a team-plan (unlimited) account with the CLI; return its token."""
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "users", "add", user_id,
+                          "--plan", "team", "--credits", "100000000"],
+                         env={**os.environ, **env}, check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def start_gateway(env: dict[str, str], data_dir: Path) -> Server:
+    """Start ``bench.server`` (the real gateway plus the in-process provider plugin)."""
+    port = free_port()
+    server, _ = start_server(["-m", "bench.server", str(data_dir), str(port)], env, port)
+    return server
