@@ -221,12 +221,11 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     """The turn after admission: prompt, agent, commit, session, observers."""
     settings = gw.settings
 
-    rotation = await gw.rotate_session(ref.session_key, None)
+    rotation, active = await gw.check_session(ref.session_key)
     # A conversation with history but no session file starts a new session this turn, whether
     # it rotated just now or earlier (``cloudybot sessions rotate``, rotate_session_if_needed).
     new_session = rotation is not None or (
-        state.thread is not None and bool(state.messages or state.thread.summary)
-        and not gw.sessions.exists(ref.session_key))
+        not active and state.thread is not None and bool(state.messages or state.thread.summary))
     credentials = _decrypt(gw, user_id, state.credentials)
     secrets = tuple(c.password for c in credentials)
     turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, message, specialist)
@@ -282,7 +281,8 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
 
     pending = None
-    if written.stored_messages >= settings.summarize_at:
+    # Under the turn lock nobody else adds to this thread: the count needs no query.
+    if len(state.messages) + len(written.message_ids) >= settings.summarize_at:
         pending = PendingSummary(ref, user_id, secrets)
     result = TurnResult(reply, run.prompt_tokens, run.completion_tokens,
                         sum(c.credits for c in run.charges),
@@ -293,12 +293,12 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
 async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
     """Fold older messages into the summary; on any failure change nothing. True if applied."""
     settings = gw.settings
-    thread, messages = await gw.store.rolling_memory(pending.ref.session_key)
+    thread, messages, credits = await gw.store.summary_inputs(pending.ref.session_key,
+                                                              pending.billed_user)
     cut = fold_point(messages, settings.keep_recent)
     if thread is None or len(messages) < settings.summarize_at or cut == 0:
         return False
-    user = await gw.store.get_user(pending.billed_user)
-    if user is None or user.credits <= 0:
+    if credits <= 0:
         log.info("summarization of %s postponed: no credits", pending.ref.session_key)
         return False
     folded = messages[:cut]

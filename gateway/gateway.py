@@ -27,6 +27,8 @@ from .tools import Tool
 log = logging.getLogger(__name__)
 
 DASHBOARD = "dashboard"
+AUTH_CACHE_SECONDS = 10.0
+AUTH_CACHE_SIZE = 10_000
 
 
 def dashboard_session_key(user_id: str, thread_id: str) -> str:
@@ -49,6 +51,7 @@ class Gateway:
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
+        self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
@@ -162,10 +165,25 @@ class Gateway:
 
     # --- accounts -------------------------------------------------------------------------
     async def authenticate(self, token: str) -> User:
-        """The account of an API token; raise Unauthorized."""
-        user = await self.store.user_for_token(hash_token(token)) if token else None
+        """The account of an API token; raise Unauthorized.
+
+        Known tokens are remembered for ``AUTH_CACHE_SECONDS`` (a turn then costs no store call
+        for auth). A token replaced through this gateway stops working at once; one replaced
+        by another process (``cloudybot users token``) within that many seconds.
+        """
+        if not token:
+            raise Unauthorized("missing or invalid API token")
+        digest = hash_token(token)
+        now = time.monotonic()
+        cached = self._auth_cache.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        user = await self.store.user_for_token(digest)
         if user is None:
             raise Unauthorized("missing or invalid API token")
+        if len(self._auth_cache) >= AUTH_CACHE_SIZE:
+            self._auth_cache.clear()
+        self._auth_cache[digest] = (now + AUTH_CACHE_SECONDS, user)
         return user
 
     async def add_user(self, user_id: str, plan: str | None = None,
@@ -197,6 +215,8 @@ class Gateway:
         """A new API token for the account; earlier tokens stop working."""
         token = new_api_token()
         await self.store.replace_token(user_id, hash_token(token))
+        self._auth_cache = {digest: entry for digest, entry in self._auth_cache.items()
+                            if entry[1].user_id != user_id}
         return token
 
     # --- threads ----------------------------------------------------------------------------
@@ -266,13 +286,22 @@ class Gateway:
         The caller holds the thread's turn lock. Rotation never touches SQLite memory.
         """
         if reason is None:
-            rotation = self.sessions.rotate_if_needed(session_key)
-        else:
-            rotation = self.sessions.archive(session_key, reason)
+            rotation, _ = await self.check_session(session_key)
+            return rotation
+        rotation = self.sessions.archive(session_key, reason)
         if rotation is not None:
             await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
                                     rotation=rotation)
         return rotation
+
+    async def check_session(self, session_key: str) -> tuple[Rotation | None, bool]:
+        """Before an agent call: rotate if due (observers told); return the rotation and
+        whether an active session file remains."""
+        rotation, active = self.sessions.check(session_key)
+        if rotation is not None:
+            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
+                                    rotation=rotation)
+        return rotation, active
 
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
         """SPEC §5: rotate the thread's session if idle or too large; True if it rotated."""

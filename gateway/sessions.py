@@ -157,22 +157,30 @@ class SessionStore:
     # --- rotation -----------------------------------------------------------------------------
     def rotation_due(self, key: str) -> str | None:
         """Why the session must rotate now (``idle`` or ``size``), or None. One ``stat``."""
+        return self._due(key)[0]
+
+    def _due(self, key: str) -> tuple[str | None, bool]:
+        """(why it must rotate, whether a file exists), from one ``stat``."""
         try:
             stat = self.path_for(key).stat()
-        except FileNotFoundError:
-            return None
-        if stat.st_size == 0:
-            return None
+        except (FileNotFoundError, NotADirectoryError):
+            return None, False
         if stat.st_size > self.max_bytes:
-            return "size"
-        if self.clock() - stat.st_mtime > self.idle_seconds:
-            return "idle"
-        return None
+            return "size", True
+        if stat.st_size and self.clock() - stat.st_mtime > self.idle_seconds:
+            return "idle", True
+        return None, True
 
     def rotate_if_needed(self, key: str) -> Rotation | None:
         """Archive the session if it is idle or too large; return what happened."""
-        reason = self.rotation_due(key)
-        return self.archive(key, reason) if reason else None
+        return self.check(key)[0]
+
+    def check(self, key: str) -> tuple[Rotation | None, bool]:
+        """Rotate if due; return the rotation (or None) and whether an active file remains."""
+        reason, exists = self._due(key)
+        if reason is None:
+            return None, exists
+        return self.archive(key, reason), False
 
     def archive(self, key: str, reason: str = "manual") -> Rotation | None:
         """Move the session file to ``archive/`` and forget its state; None if there is none."""

@@ -112,6 +112,10 @@ class Store(Protocol):
                            before: int | None) -> ThreadPage:
         """Up to ``limit`` display messages older than ``before``, oldest first."""
 
+    async def summary_inputs(self, session_key: str,
+                             user_id: str) -> tuple[Thread | None, list[StoredMessage], int]:
+        """The thread, its rolling ``messages`` and the billed user's credits, in one read."""
+
     async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
 
@@ -126,7 +130,7 @@ class Store(Protocol):
         """
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
-        """Write a turn (messages, display, ledger, balance); return counts and message ids."""
+        """Write a turn (messages, display, ledger, balance); return the new message ids."""
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""

@@ -134,9 +134,8 @@ class TurnCommit:
 
 @dataclass(frozen=True)
 class TurnWritten:
-    """What committing a turn produced."""
+    """What committing a turn produced: the new messages' ids, in order."""
 
-    stored_messages: int
     message_ids: list[int]
 
 

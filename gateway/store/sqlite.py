@@ -73,15 +73,17 @@ def _owned_pk(conn: sqlite3.Connection, ref: ThreadRef) -> int | None:
     return int(row[0])
 
 
-def _ensure_thread(conn: sqlite3.Connection, ref: ThreadRef, now: str) -> int:
-    conn.execute(
+def _touch_thread(conn: sqlite3.Connection, ref: ThreadRef, now: str) -> int:
+    """Create the thread or mark it updated, in one statement; NotFound if someone else's."""
+    pk, owner = conn.execute(
         "INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key) DO NOTHING",
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key) DO UPDATE SET"
+        " updated_at = excluded.updated_at RETURNING id, user_id",
         (ref.session_key, ref.user_id, ref.thread_id, ref.channel, now, now),
-    )
-    pk = _owned_pk(conn, ref)
-    assert pk is not None
-    return pk
+    ).fetchone()
+    if owner != ref.user_id:
+        raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+    return int(pk)
 
 
 def _pinned(conn: sqlite3.Connection, pk: int | None) -> dict[str, str]:
@@ -350,7 +352,7 @@ class SQLiteStore:
         """Upsert one pinned key, creating the thread if needed; return all keys."""
         def run(conn: sqlite3.Connection) -> dict[str, str]:
             now = utc_now()
-            pk = _ensure_thread(conn, ref, now)
+            pk = _touch_thread(conn, ref, now)
             pinned = _pinned(conn, pk)
             if key not in pinned and len(pinned) >= max_keys:
                 raise BadRequest(f"a thread holds at most {max_keys} pinned keys",
@@ -361,7 +363,6 @@ class SQLiteStore:
                 " updated_at = excluded.updated_at",
                 (pk, key, value, now),
             )
-            conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
             pinned[key] = value
             return dict(sorted(pinned.items()))
         return await self._transaction(run)
@@ -418,17 +419,30 @@ class SQLiteStore:
             return ThreadPage(page, page[0].id if len(rows) > limit else None)
         return await self._read(run)
 
+    async def summary_inputs(self, session_key: str,
+                             user_id: str) -> tuple[Thread | None, list[StoredMessage], int]:
+        """The thread, its rolling ``messages`` and the billed user's credits, in one read."""
+        def run(conn: sqlite3.Connection) -> tuple[Thread | None, list[StoredMessage], int]:
+            thread, messages = self._rolling(conn, session_key)
+            row = conn.execute("SELECT credits FROM users WHERE user_id = ?",
+                               (user_id,)).fetchone()
+            return thread, messages, int(row[0]) if row else 0
+        return await self._read(run)
+
     async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
-        def run(conn: sqlite3.Connection) -> tuple[Thread | None, list[StoredMessage]]:
-            row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
-                               (session_key,)).fetchone()
-            if row is None:
-                return None, []
-            rows = conn.execute("SELECT id, role, content, tokens FROM messages WHERE thread = ?"
-                                " ORDER BY id", (row[0],))
-            return _thread(row[1:]), [StoredMessage(*r) for r in rows.fetchall()]
-        return await self._read(run)
+        return await self._read(lambda conn: self._rolling(conn, session_key))
+
+    @staticmethod
+    def _rolling(conn: sqlite3.Connection,
+                 session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
+        row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+                           (session_key,)).fetchone()
+        if row is None:
+            return None, []
+        rows = conn.execute("SELECT id, role, content, tokens FROM messages WHERE thread = ?"
+                            " ORDER BY id", (row[0],))
+        return _thread(row[1:]), [StoredMessage(*r) for r in rows.fetchall()]
 
     # --- turns ------------------------------------------------------------------
     async def load_turn(self, ref: ThreadRef, user_id: str,
@@ -463,10 +477,10 @@ class SQLiteStore:
         return await self._read(run)
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
-        """Write a turn (messages, display, ledger, balance); return counts and message ids."""
+        """Write a turn (messages, display, ledger, balance); return the new message ids."""
         def run(conn: sqlite3.Connection) -> TurnWritten:
             now = utc_now()
-            pk = _ensure_thread(conn, commit.ref, now)
+            pk = _touch_thread(conn, commit.ref, now)
             ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
                 (pk, m.role, m.content, m.tokens)).lastrowid for m in commit.messages]
@@ -480,10 +494,7 @@ class SQLiteStore:
                                "answered", code="duplicate_message")
             for charge in commit.charges:
                 _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
-            conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, pk))
-            count = conn.execute("SELECT count(*) FROM messages WHERE thread = ?",
-                                 (pk,)).fetchone()[0]
-            return TurnWritten(count, [i for i in ids if i is not None])
+            return TurnWritten([i for i in ids if i is not None])
         return await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
