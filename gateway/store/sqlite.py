@@ -1,18 +1,20 @@
 """The embedded SQLite backend of :class:`gateway.store.Store` (aiosqlite, WAL mode).
 
-Each public method is one transaction run as one function on aiosqlite's worker thread: a turn
-costs one thread hand-off to read and one to write, however many statements it needs. That uses
+Each public method is one atomic function run on aiosqlite's worker thread: a turn costs one
+thread hand-off to read and one to write, however many statements it needs, and concurrent
+operations share hand-offs and COMMITs (:class:`_GroupCommit`). That uses
 ``aiosqlite.Connection._execute`` (the call every aiosqlite method is built on), pinned in
 pyproject.toml.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -128,18 +130,95 @@ def _mark_inbound(conn: sqlite3.Connection, channel: str, message_id: str, now: 
         (channel, message_id, now)).rowcount == 1
 
 
+class _GroupCommit:
+    """Runs store operations on aiosqlite's worker thread, many per hand-off when busy.
+
+    Operations queue up while a batch runs; the next batch takes them all into one transaction,
+    each inside its own SAVEPOINT, so a failing operation rolls back alone and the others
+    commit together. With one request at a time a batch holds one operation (no added latency);
+    under load there is one thread hand-off and one COMMIT per batch instead of per operation.
+    """
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._flushing = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue ``fn`` and wait for its result (or its exception)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._pending.append((fn, future))
+        if not self._flushing:
+            self._flushing = True
+            self._task = loop.create_task(self._flush())
+        return await future
+
+    async def wait(self) -> None:
+        """Until every queued operation has run."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    outcomes = await self._db._execute(  # type: ignore[no-untyped-call]
+                        _run_batch, self._db._conn, [fn for fn, _ in batch])
+                except BaseException as exc:  # the COMMIT itself failed: nothing was stored
+                    outcomes = [(False, exc)] * len(batch)
+                for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+                    if future.done():
+                        continue
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        finally:
+            self._flushing = False
+
+
+def _run_batch(conn: sqlite3.Connection,
+               operations: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+    """One transaction; each operation in a savepoint of its own (worker thread)."""
+    outcomes: list[tuple[bool, Any]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for operation in operations:
+            conn.execute("SAVEPOINT op")
+            try:
+                value = operation(conn)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                outcomes.append((False, exc))
+            else:
+                conn.execute("RELEASE op")
+                outcomes.append((True, value))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
 class SQLiteStore:
     """SQLite implementation of the Store protocol."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._group: _GroupCommit
 
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
         """Open the database (WAL, foreign keys on) and apply pending migrations."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        self._group = _GroupCommit(self._db)
         await self._db.execute("PRAGMA journal_mode = WAL")
         await self._db.execute("PRAGMA synchronous = NORMAL")
         await self._db.execute("PRAGMA foreign_keys = ON")
@@ -147,36 +226,21 @@ class SQLiteStore:
         await self._transaction(self._migrate)
 
     async def close(self) -> None:
-        """Close the database."""
+        """Close the database (after every queued operation has run)."""
         if self._db is not None:
+            await self._group.wait()
             await self._db.close()
             self._db = None
 
     async def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside BEGIN IMMEDIATE … COMMIT on the worker thread, in one hand-off."""
-        return await self._run(fn, "BEGIN IMMEDIATE")
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in a read transaction (one consistent snapshot), in one hand-off."""
-        return await self._run(fn, "BEGIN")
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
-        db = self._db
-        if db is None:
+        """Run ``fn`` as one atomic unit of work (see :class:`_GroupCommit`)."""
+        if self._db is None:
             raise RuntimeError("store is not open")
+        return await self._group.submit(fn)
 
-        def run() -> T:
-            conn = db._conn
-            conn.execute(begin)
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-
-        return cast(T, await db._execute(run))  # type: ignore[no-untyped-call]
+    # Reads go the same way: in a batch they see the writes queued before them, as they would
+    # have one after the other, and they share the batch's single thread hand-off.
+    _read = _transaction
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
