@@ -90,9 +90,11 @@ async def throughput(quick: bool, tmp: Path) -> dict[str, Any]:
             baseline.stop()
     finally:
         llm.stop()
-    best = max(figures[f"inprocess_{c}"]["turns_per_s"] / figures[f"baseline_{c}"]["turns_per_s"]
-               for c, _ in plans)
-    figures["throughput_vs_baseline"] = best
+    for concurrency, _ in plans:
+        figures[f"ratio_{concurrency}"] = (figures[f"inprocess_{concurrency}"]["turns_per_s"]
+                                           / figures[f"baseline_{concurrency}"]["turns_per_s"])
+    # The goal holds only if it holds at every concurrency.
+    figures["throughput_vs_baseline"] = min(figures[f"ratio_{c}"] for c, _ in plans)
     figures["p50_ms_1_thread_inprocess"] = figures["inprocess_1"]["p50_ms"]
     return figures
 
@@ -156,7 +158,10 @@ def print_table(figures: dict[str, Any]) -> None:
                       f"{row['errors']:>8.0f}")
     print()
     rows = [
-        ("gateway / baseline throughput (best)", "throughput_vs_baseline", "{:.2f}x"),
+        ("gateway / baseline throughput, 1 thread", "ratio_1", "{:.2f}x"),
+        ("gateway / baseline throughput, 8 threads", "ratio_8", "{:.2f}x"),
+        ("gateway / baseline throughput, 64 threads", "ratio_64", "{:.2f}x"),
+        ("  lowest of the three", "throughput_vs_baseline", "{:.2f}x"),
         ("p50 per turn, 1 thread, in-process", "p50_ms_1_thread_inprocess", "{:.2f} ms"),
         ("p50 per turn, 10 display messages", "growth_display_small_ms", "{:.2f} ms"),
         ("p50 per turn, 10,000 display messages", "growth_display_large_ms", "{:.2f} ms"),
