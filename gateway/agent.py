@@ -107,11 +107,12 @@ def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]],
 
 
 async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
-                     secrets: tuple[str, ...]) -> _AgentRun:
+                     secrets: tuple[str, ...], admission: Admission, balance: int) -> _AgentRun:
     """Call the provider; while it asks for tools, run them and call again (bounded).
 
-    When tool results no longer fit under MAX_CONTEXT, the oldest history units go first;
-    only when none is left does the agent stop with a message.
+    Each call first reserves its worst case: with nothing left, the first call is a 402 and a
+    later (tool) round ends the turn with a message. When tool results no longer fit under
+    MAX_CONTEXT, the oldest history units go first; only when none is left does the agent stop.
     """
     settings = gw.settings
     context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
@@ -119,6 +120,16 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
     live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
     for round_number in range(settings.max_tool_rounds + 1):
         messages = prompt.messages + live_exchange
+        estimate = gw.estimate_call(prompt.prompt_tokens + sum(
+            gw.counter.chat_message(m) for m in live_exchange))
+        try:
+            admission.reserve(balance, estimate)
+        except PaymentRequired:
+            if round_number == 0:
+                raise
+            run.text = ("I ran out of AI credits while working with tools, so I stopped "
+                        "before finishing. Ask the operator for more credits.")
+            return run
         completion = await _call_provider(gw, CompletionRequest(
             messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
         used_prompt, used_completion = _usage(gw, completion, messages, gw.tool_schema_tokens)
@@ -250,10 +261,7 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.counter,
         settings.max_context,
     )
-    estimate = charge_for(settings, "chat", settings.llm_model, prompt.prompt_tokens,
-                          settings.llm_max_tokens).credits
-    admission.reserve(balance, max(estimate, 1))  # released if anything below fails
-    run = await _run_agent(gw, turn, prompt, secrets)
+    run = await _run_agent(gw, turn, prompt, secrets, admission, balance)
     reply = redact(run.text, secrets).strip()
     if not reply:
         raise ProviderError("the provider returned an empty reply")

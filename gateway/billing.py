@@ -66,7 +66,8 @@ class Admission:
         return balance - (account.settled - self._snapshot) - account.reserved
 
     def reserve(self, balance: int, estimate: int) -> None:
-        """Hold ``estimate`` credits for this turn, or raise 402 if nothing is available."""
+        """Hold ``estimate`` more credits for this turn (one provider call's worst case), or
+        raise 402 if nothing is available."""
         if self.available(balance) <= 0:
             raise PaymentRequired(OUT_OF_CREDITS)
         self._account.reserved += estimate

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -47,7 +48,8 @@ class Gateway:
         self.settings = settings
         self.clock = clock
         self.pm = pm if pm is not None else make_plugin_manager()
-        self.store: Store = store if store is not None else SQLiteStore(settings.database_path)
+        self.store: Store = store if store is not None else SQLiteStore(settings.database_path,
+                                                                        clock)
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
@@ -210,6 +212,14 @@ class Gateway:
             return user
         return await self.store.roll_period(user.user_id, user.period, period, plan.credits,
                                             plan.browser_minutes)
+
+    def estimate_call(self, prompt_tokens: int) -> int:
+        """Worst-case credits of one provider call: the prompt plus a full reply at the highest
+        configured prices (whatever model the provider reports, no price is higher)."""
+        prices = self.settings.prices.values()
+        worst = (prompt_tokens * max(p.prompt for p in prices)
+                 + self.settings.llm_max_tokens * max(p.completion for p in prices)) / 1000
+        return max(1, math.ceil(worst))
 
     async def issue_token(self, user_id: str) -> str:
         """A new API token for the account; earlier tokens stop working."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -239,7 +240,7 @@ class Inbox:
         except PayloadTooLarge:
             text = TOO_LONG
         except RateLimited as exc:
-            text = SLOW_DOWN.format(seconds=max(1, round(exc.retry_after)))
+            text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
         except GatewayError as exc:
             text = f"Sorry, I could not handle that: {exc.message}"
         await gw.store.mark_inbound(message.channel, message.message_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -35,7 +36,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except GatewayError as exc:
         headers = None
         if isinstance(exc, RateLimited):
-            headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         if exc.status >= 500:
             log.error("%s %s failed: %s", request.method, request.path, exc.message)
         return error_response(exc.status, exc.code, exc.message, headers)

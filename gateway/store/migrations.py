@@ -103,4 +103,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE ledger ADD COLUMN minutes INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX threads_updated ON threads(updated_at);
     """,
+    # 4: browser minutes an account held before they were in the ledger become an opening row
+    """
+    INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
+                        credits, minutes, created_at)
+    SELECT u.user_id, NULL, 'grant', '', 0, 0, 0,
+           -(u.browser_minutes + COALESCE((SELECT sum(l.minutes) FROM ledger l
+                                           WHERE l.user_id = u.user_id), 0)),
+           u.created_at
+    FROM users u
+    WHERE u.browser_minutes + COALESCE((SELECT sum(l.minutes) FROM ledger l
+                                        WHERE l.user_id = u.user_id), 0) != 0;
+    """,
 )

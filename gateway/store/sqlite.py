@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,9 +45,10 @@ _THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_t
                    "summary_version, created_at, updated_at")
 
 
-def utc_now() -> str:
-    """The current time as ISO-8601 UTC with microseconds."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+def iso_time(epoch: float) -> str:
+    """A moment as ISO-8601 UTC with microseconds (sorts as text)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace(
+        "+00:00", "Z")
 
 
 def _user(row: sqlite3.Row | tuple[Any, ...]) -> User:
@@ -208,10 +210,14 @@ def _run_batch(conn: sqlite3.Connection,
 class SQLiteStore:
     """SQLite implementation of the Store protocol."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.clock = clock
         self._db: aiosqlite.Connection | None = None
         self._group: _GroupCommit
+
+    def _now(self) -> str:
+        return iso_time(self.clock())
 
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
@@ -264,7 +270,7 @@ class SQLiteStore:
                           browser_minutes: int, period: str = "") -> tuple[User, bool]:
         """Return the account, creating it first if needed; the flag says it was created."""
         def run(conn: sqlite3.Connection) -> tuple[User, bool]:
-            now = utc_now()
+            now = self._now()
             created = conn.execute(
                 "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
                 " VALUES (?, ?, 0, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
@@ -289,7 +295,7 @@ class SQLiteStore:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
-            _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), utc_now())
+            _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), self._now())
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -300,7 +306,7 @@ class SQLiteStore:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
             conn.execute("DELETE FROM api_tokens WHERE user_id = ?", (user_id,))
             conn.execute("INSERT INTO api_tokens VALUES (?, ?, ?)",
-                         (token_hash, user_id, utc_now()))
+                         (token_hash, user_id, self._now()))
         await self._transaction(run)
 
     async def user_for_token(self, token_hash: str) -> User | None:
@@ -323,7 +329,7 @@ class SQLiteStore:
                                  (period, user_id, expected)).rowcount == 1
             user = _get_user(conn, user_id)
             if moved:
-                _top_up(conn, user, credits, minutes, "monthly_grant", utc_now())
+                _top_up(conn, user, credits, minutes, "monthly_grant", self._now())
                 user = _get_user(conn, user_id)
             return user
         return await self._transaction(run)
@@ -333,7 +339,7 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
             conn.execute("UPDATE users SET plan = ? WHERE user_id = ?", (plan, user_id))
-            _top_up(conn, _get_user(conn, user_id), credits, minutes, "plan_grant", utc_now())
+            _top_up(conn, _get_user(conn, user_id), credits, minutes, "plan_grant", self._now())
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -342,7 +348,7 @@ class SQLiteStore:
         """Take metered browser minutes (a ledger row of kind ``what``)."""
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
-            _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes), utc_now())
+            _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes), self._now())
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -415,7 +421,7 @@ class SQLiteStore:
                          max_keys: int) -> dict[str, str]:
         """Upsert one pinned key, creating the thread if needed; return all keys."""
         def run(conn: sqlite3.Connection) -> dict[str, str]:
-            now = utc_now()
+            now = self._now()
             pk = _touch_thread(conn, ref, now)
             pinned = _pinned(conn, pk)
             if key not in pinned and len(pinned) >= max_keys:
@@ -454,7 +460,7 @@ class SQLiteStore:
             conn.execute(
                 "UPDATE threads SET summary = '', summary_tokens = 0,"
                 " summary_version = summary_version + 1, updated_at = ? WHERE id = ?",
-                (utc_now(), pk),
+                (self._now(), pk),
             )
             return True
         return await self._transaction(run)
@@ -543,7 +549,7 @@ class SQLiteStore:
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
         """Write a turn (messages, display, ledger, balance); return the new message ids."""
         def run(conn: sqlite3.Connection) -> TurnWritten:
-            now = utc_now()
+            now = self._now()
             pk = _touch_thread(conn, commit.ref, now)
             ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
@@ -564,7 +570,7 @@ class SQLiteStore:
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
         def run(conn: sqlite3.Connection) -> bool:
-            now = utc_now()
+            now = self._now()
             cursor = conn.execute(
                 "UPDATE threads SET summary = ?, summary_tokens = ?,"
                 " summary_version = summary_version + 1"
@@ -593,7 +599,7 @@ class SQLiteStore:
     async def mark_inbound(self, channel: str, message_id: str) -> bool:
         """Record the channel message as answered; False if it already was."""
         return await self._transaction(
-            lambda conn: _mark_inbound(conn, channel, message_id, utc_now()))
+            lambda conn: _mark_inbound(conn, channel, message_id, self._now()))
 
     # --- specialists and credentials ---------------------------------------------
     async def get_specialist(self, user_id: str, name: str) -> str | None:
@@ -616,7 +622,7 @@ class SQLiteStore:
                 "INSERT INTO specialists VALUES (?, ?, ?, ?) ON CONFLICT (user_id, name)"
                 " DO UPDATE SET instructions = excluded.instructions,"
                 " updated_at = excluded.updated_at",
-                (user_id, name, instructions, utc_now()),
+                (user_id, name, instructions, self._now()),
             )
         await self._transaction(run)
 
@@ -639,7 +645,7 @@ class SQLiteStore:
             conn.execute(
                 "INSERT INTO browser_credentials VALUES (?, ?, ?, ?) ON CONFLICT (user_id, site)"
                 " DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at",
-                (user_id, site, blob, utc_now()),
+                (user_id, site, blob, self._now()),
             )
             return self._credentials(conn, user_id)
         return await self._transaction(run)
