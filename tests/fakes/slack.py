@@ -117,3 +117,15 @@ def event_body(event: dict[str, Any], event_id: str, team: str = TEAM_ID) -> byt
                             "is_bot": True, "is_enterprise_install": False}],
         "is_ext_shared_channel": False,
     }).encode()
+
+
+def slash_command_body(text: str, trigger: str, channel: str = "D0LAN2Q65",
+                       user: str = "U061F7AUR", team: str = TEAM_ID) -> bytes:
+    """A ``/cloudybot`` slash-command body, form-encoded as Slack posts it."""
+    from urllib.parse import urlencode
+    return urlencode({
+        "token": "verif", "team_id": team, "team_domain": "test", "channel_id": channel,
+        "channel_name": "directmessage", "user_id": user, "user_name": "ada",
+        "command": "/cloudybot", "text": text, "api_app_id": "A0KRD7HC3",
+        "response_url": f"https://hooks.slack.com/commands/{team}/1/x",
+        "trigger_id": trigger}).encode()

@@ -160,3 +160,41 @@ class FakeTelegram:
 def loads_param(call: Call, name: str) -> Any:
     """A parameter PTB sent as JSON text (reply_parameters, reply_markup...)."""
     return json.loads(call.params[name])
+
+
+def blocked_by_user() -> tuple[int, dict[str, Any]]:
+    """The Bot API's answer when the user blocked the bot (403 -> ``Forbidden``)."""
+    return 403, {"ok": False, "error_code": 403,
+                 "description": "Forbidden: bot was blocked by the user"}
+
+
+def upgraded_to_supergroup(new_chat_id: int) -> tuple[int, dict[str, Any]]:
+    """The Bot API's answer for a group that became a supergroup (-> ``ChatMigrated``)."""
+    return 400, {"ok": False, "error_code": 400,
+                 "description": "Bad Request: group chat was upgraded to a supergroup chat",
+                 "parameters": {"migrate_to_chat_id": new_chat_id}}
+
+
+class FakeTelegramChats(FakeTelegram):
+    """A FakeTelegram whose ``sendMessage`` fails for chosen chats on *every* call (a bot the
+    user blocked, a group that migrated), where ``fail_next`` fails only the next call."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.chat_failures: dict[int, tuple[int, dict[str, Any]]] = {}
+
+    def sent_to(self, chat_id: int) -> list[Call]:
+        """The sendMessage calls (failed ones included) addressed to ``chat_id``."""
+        return [c for c in self.calls_to("sendMessage") if int(c.params["chat_id"]) == chat_id]
+
+    async def _sendMessage(self, params: dict[str, Any]) -> web.Response:
+        failure = self.chat_failures.get(int(params["chat_id"]))
+        if failure is not None:
+            status, body = failure
+            return web.json_response(body, status=status)
+        return await super()._sendMessage(params)
+
+    def open_connections(self) -> int:
+        """HTTP connections clients still hold open to the fake (keep-alive included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
