@@ -82,6 +82,13 @@ class RateLimited(GatewayError):
         self.retry_after = retry_after
 
 
+class Unavailable(GatewayError):
+    """The gateway is starting or stopping; try again later."""
+
+    status = 503
+    code = "unavailable"
+
+
 class ProviderError(GatewayError):
     """The LLM provider failed or answered with an error."""
 

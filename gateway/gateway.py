@@ -13,7 +13,7 @@ from typing import Any
 from . import agent, hooks, retention, validation
 from .billing import CreditGuard, RateLimiter, period_of
 from .config import Settings
-from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized
+from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Provider
 from .locks import KeyedLocks
@@ -55,6 +55,7 @@ class Gateway:
         self.inbox = Inbox(self)
         self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
+        self.accepting = False
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
         self._provider: Provider | None = None
@@ -112,6 +113,7 @@ class Gateway:
         try:
             self._provider = self._providers[wanted]
             await self._provider.start()
+            self.accepting = True
             for channel in self.channels.values():
                 await channel.start()
             if self.settings.purge_interval_minutes > 0:
@@ -123,17 +125,24 @@ class Gateway:
         self.started = True
 
     async def stop(self) -> None:
-        """Stop the channels, finish background work, close the provider and the store."""
+        """Stop taking messages, finish the work already taken (turns, summaries, replies),
+        then close the channels, the provider and the store. Nothing accepted is lost."""
         if self._purger is not None:
             self._purger.cancel()
             await asyncio.gather(self._purger, return_exceptions=True)
             self._purger = None
+        self.accepting = False
         for channel in self.channels.values():
             try:
                 await channel.stop()
             except Exception:
                 log.exception("channel %r failed to stop", channel.name)
         await self.drain()
+        for channel in self.channels.values():
+            try:
+                await channel.close()
+            except Exception:
+                log.exception("channel %r failed to close", channel.name)
         if self._provider is not None:
             await self._provider.close()
         await self.store.close()
@@ -286,7 +295,13 @@ class Gateway:
 
     # --- channels --------------------------------------------------------------------------
     def receive(self, message: InboundMessage) -> None:
-        """Accept a channel message: handled in the background, in order per conversation."""
+        """Accept a channel message: handled in the background, in order per conversation.
+
+        Raises :class:`Unavailable` (503) once the gateway is stopping, so that a webhook tells
+        its platform to deliver the message again later rather than losing it.
+        """
+        if not self.accepting:
+            raise Unavailable("the gateway is shutting down; deliver this again later")
         self.inbox.receive(message)
 
     # --- sessions ----------------------------------------------------------------------------

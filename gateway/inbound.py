@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
-from .billing import period_of
+from .billing import RateLimiter, period_of
 from .commands import run_command
 from .errors import GatewayError, PayloadTooLarge, PaymentRequired, ProviderError, RateLimited
 from .store import ThreadRef, User
@@ -183,6 +183,8 @@ class Inbox:
         self.gateway = gateway
         self.queues = ConversationQueues(self._handle, gateway.spawn)
         self.backoff_seconds = DELIVERY_BACKOFF_SECONDS
+        # How a message over its plan's rate waits; tests swap in one that moves their clock.
+        self.wait_for_rate: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     def receive(self, message: InboundMessage) -> None:
         """Accept a message; it is handled in the background, in order per conversation."""
@@ -200,49 +202,63 @@ class Inbox:
         return user
 
     async def _handle(self, message: InboundMessage) -> None:
+        text = await self.answer_now(message)
+        if text is not None:
+            await self.deliver(message, text)
+
+    async def answer_now(self, message: InboundMessage) -> str | None:
+        """Handle the message here and now and return the answer to deliver, or None when
+        there is nothing to say (already answered, or a thread we are not in). Channels call
+        it directly only for commands answered inline (Slack's slash-command ack)."""
         gw = self.gateway
         if await gw.store.inbound_seen(message.channel, message.message_id):
             log.info("%s message %s was already answered; dropped", message.channel,
                      message.message_id)
-            return
+            return None
         thread = await gw.store.get_thread(message.conversation)
         if thread is None and message.only_known:
-            return
+            return None
         user = await self._account(message.sender)
         if user is None:
             await gw.store.mark_inbound(message.channel, message.message_id)
-            await self.deliver(message, NOT_PROVISIONED)
-            return
+            return NOT_PROVISIONED
         owner = thread.ref.user_id if thread is not None else user.user_id
         ref = ThreadRef(owner, message.conversation, message.conversation, message.channel)
         if message.notice is not None:
-            text = message.notice
             await gw.store.mark_inbound(message.channel, message.message_id)
-        elif message.command is not None:
+            return message.notice
+        if message.command is not None:
             text = await run_command(gw, message.command, user, ref)
             await gw.store.mark_inbound(message.channel, message.message_id)
-        else:
-            text = await self._chat(message, user, ref)
-        await self.deliver(message, text)
+            return text
+        return await self._chat(message, user, ref)
 
     async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef) -> str:
         gw = self.gateway
-        try:
-            async with typing_indicator(message):
-                result = await gw.chat(user.user_id, ref, message.text,
-                                       inbound=(message.channel, message.message_id))
-            return result.reply
-        except PaymentRequired:
-            text = OUT_OF_CREDITS
-        except ProviderError as exc:
-            log.warning("turn of %s failed at the provider: %s", ref.session_key, exc.message)
-            text = PROVIDER_APOLOGY
-        except PayloadTooLarge:
-            text = TOO_LONG
-        except RateLimited as exc:
-            text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
-        except GatewayError as exc:
-            text = f"Sorry, I could not handle that: {exc.message}"
+        for attempt in range(2):
+            try:
+                async with typing_indicator(message):
+                    result = await gw.chat(user.user_id, ref, message.text,
+                                           inbound=(message.channel, message.message_id))
+                return result.reply
+            except RateLimited as exc:
+                if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:
+                    # A channel message is not refused for speed: it waits (its conversation
+                    # waits behind it, in order) until the plan's window has room.
+                    await self.wait_for_rate(exc.retry_after)
+                    continue
+                text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
+            except PaymentRequired:
+                text = OUT_OF_CREDITS
+            except ProviderError as exc:
+                log.warning("turn of %s failed at the provider: %s", ref.session_key,
+                            exc.message)
+                text = PROVIDER_APOLOGY
+            except PayloadTooLarge:
+                text = TOO_LONG
+            except GatewayError as exc:
+                text = f"Sorry, I could not handle that: {exc.message}"
+            break
         await gw.store.mark_inbound(message.channel, message.message_id)
         return text
 

@@ -108,7 +108,25 @@ class Channel:
         return []
 
     async def start(self) -> None:
-        """Start listening (polling, sockets); called once when the gateway starts."""
+        """Start listening (polling, sockets); called when the gateway starts. Starting a
+        started channel must not add a second listener."""
 
     async def stop(self) -> None:
-        """Stop listening and finish in-flight work; called once when the gateway stops."""
+        """Stop taking new messages. Replies to messages already taken are still delivered
+        after this, so keep the clients that send them open until :meth:`close`."""
+
+    async def close(self) -> None:
+        """Release clients and connections; called after every queued reply was delivered."""
+
+
+class ReservedChannel(Channel):
+    """A channel plugin that is installed but not configured: it holds its name (so
+    ``telegram:…`` thread ids stay reserved) and runs nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def enabled(self) -> bool:
+        """Never: it is not configured."""
+        return False

@@ -179,9 +179,16 @@ async def test_other_calls_do_not_count_against_the_limit(start_clocked: StartCl
         await chat_ok(harness, auth, f"m{i}")
 
 
-async def test_channel_message_over_the_limit_gets_a_note_to_slow_down(
-        start_clocked: StartClocked, fake_llm: FakeLLM) -> None:
+async def test_channel_message_over_the_limit_waits_for_room_then_is_answered(
+        start_clocked: StartClocked, fake_llm: FakeLLM, clock: Clock) -> None:
     harness = await start_clocked(default_plan="tiny")  # channel senders join on "tiny"
+    waited: list[float] = []
+
+    async def wait_on_the_clock(seconds: float) -> None:
+        waited.append(seconds)
+        clock.advance(seconds)
+
+    harness.gateway.inbox.wait_for_rate = wait_on_the_clock
     replies: list[str] = []
     arrived = asyncio.Event()
 
@@ -203,12 +210,36 @@ async def test_channel_message_over_the_limit_gets_a_note_to_slow_down(
     await asyncio.wait_for(four_replies(), 10)
     await harness.gateway.drain()
 
-    assert replies[:3] == ["echo: hello 0", "echo: hello 1", "echo: hello 2"]
-    assert "sending messages faster than your plan allows" in replies[3]
-    assert "wait 60 s" in replies[3]  # all four came within one instant of the clock
-    assert len(fake_llm.requests) == 3
+    # the fourth is never dropped: it waits until the minute has room, in order
+    assert replies == ["echo: hello 0", "echo: hello 1", "echo: hello 2", "echo: hello 3"]
+    assert waited == [60.0]  # all four came within one instant of the clock
+    assert len(fake_llm.requests) == 4
     page = await harness.gateway.store.display_page("loop:c1", 100, None)
     assert [m.content for m in page.messages if m.role == "user"] == [
-        "hello 0", "hello 1", "hello 2"]
+        "hello 0", "hello 1", "hello 2", "hello 3"]
+
+
+async def test_channel_message_still_over_the_limit_after_waiting_gets_a_note(
+        start_clocked: StartClocked, fake_llm: FakeLLM) -> None:
+    harness = await start_clocked(default_plan="tiny")
+
+    async def time_stands_still(seconds: float) -> None:
+        return None
+
+    harness.gateway.inbox.wait_for_rate = time_stands_still
+    replies: list[str] = []
+
+    async def reply(text: str) -> None:
+        replies.append(text)
+
+    for number in range(4):
+        harness.gateway.receive(InboundMessage(
+            channel="loop", conversation="loop:c1", sender="loop:ada", message_id=f"m{number}",
+            text=f"hello {number}", reply=reply))
+    await harness.gateway.drain()
+    assert replies[:3] == ["echo: hello 0", "echo: hello 1", "echo: hello 2"]
+    assert "sending messages faster than your plan allows" in replies[3]
+    assert "wait 60 s" in replies[3]
+    assert len(fake_llm.requests) == 3
     user = await harness.gateway.store.get_user("loop:ada")
     assert user is not None and user.plan == "tiny"

@@ -34,8 +34,10 @@ async def fake_slack() -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-def start_slack(start_gateway: Callable[..., Awaitable[Harness]],
-                fake_slack: FakeSlack) -> Callable[..., Awaitable[Harness]]:
+def start_slack(fake_slack: FakeSlack,
+                start_gateway: Callable[..., Awaitable[Harness]],
+                ) -> Callable[..., Awaitable[Harness]]:
+    """``fake_slack`` first: torn down last, after the gateway."""
     async def start(**overrides: Any) -> Harness:
         return await start_gateway(slack_bot_token=TOKEN, slack_signing_secret=SIGNING_SECRET,
                                    slack_api_base=fake_slack.base_url, **overrides)
@@ -229,23 +231,32 @@ def command_body(text: str, trigger: str) -> bytes:
 
 async def test_slash_command_pins_and_lists_privately(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
+    answers = []
     for index, text in enumerate(["remember team Platform", "memory", "usage", "new"]):
         body = command_body(text, f"trigger-{index}")
         headers = {**sign(SIGNING_SECRET, body),
                    "Content-Type": "application/x-www-form-urlencoded"}
         response = await slack.client.post("/slack/events", data=body, headers=headers)
         assert response.status == 200
-        await fake_slack.wait_for("chat.postEphemeral", index + 1)
-    answers = [c.params["text"] for c in fake_slack.calls_to("chat.postEphemeral")]
+        answers.append(await response.text())  # the ack's body: shown to the user only
     assert answers[0] == "Pinned team."
     assert answers[1] == "Pinned facts:\n• team: Platform"
     assert answers[2].startswith("Plan: free.")
     assert answers[3].startswith("Started a new conversation")
-    assert all(c.params["user"] == "U061F7AUR" for c in fake_slack.calls_to("chat.postEphemeral"))
     assert fake_llm.requests == []
-    memory = await slack.gateway.store.get_pinned(
-        (await slack.gateway.store.get_thread(f"slack:{TEAM_ID}:D0LAN2Q65")).ref)  # type: ignore[union-attr]
-    assert memory == {"team": "Platform"}
+    thread = await slack.gateway.store.get_thread(f"slack:{TEAM_ID}:D0LAN2Q65")
+    assert thread is not None
+    assert await slack.gateway.store.get_pinned(thread.ref) == {"team": "Platform"}
+
+
+async def test_slash_command_in_a_channel_points_to_threads_and_dms(
+        slack: Harness, fake_llm: FakeLLM) -> None:
+    body = command_body("remember team Platform", "trigger-channel").replace(
+        b"channel_id=D0LAN2Q65", b"channel_id=C0LAN2Q65")
+    headers = {**sign(SIGNING_SECRET, body), "Content-Type": "application/x-www-form-urlencoded"}
+    response = await slack.client.post("/slack/events", data=body, headers=headers)
+    assert "per thread" in await response.text()
+    assert await slack.gateway.store.get_thread(f"slack:{TEAM_ID}:C0LAN2Q65") is None
 
 
 async def test_long_reply_is_split(slack: Harness, fake_slack: FakeSlack,

@@ -41,8 +41,10 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-def start_telegram(start_gateway: Callable[..., Awaitable[Harness]],
-                   fake_telegram: FakeTelegram) -> Callable[..., Awaitable[Harness]]:
+def start_telegram(fake_telegram: FakeTelegram,
+                   start_gateway: Callable[..., Awaitable[Harness]],
+                   ) -> Callable[..., Awaitable[Harness]]:
+    """``fake_telegram`` first: torn down last, after the gateway stopped polling it."""
     async def start(**overrides: Any) -> Harness:
         settings = {"telegram_token": TOKEN, "telegram_api_base": fake_telegram.base_url,
                     "telegram_webhook_secret": SECRET, **overrides}
@@ -236,7 +238,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)  # bounded by the caller's wait_for
 
 
-async def test_retry_after_is_honoured_and_the_agent_is_not_rerun(
+async def test_a_429_is_retried_and_the_agent_is_not_rerun(
         tg: Harness, fake_telegram: FakeTelegram, fake_llm: FakeLLM) -> None:
     fake_telegram.fail_next["sendMessage"] = [(429, {
         "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 0",

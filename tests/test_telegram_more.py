@@ -158,9 +158,6 @@ async def test_group_mode_all_answers_every_text_message(
     assert sent.params["text"] == "echo: no mention at all"
 
 
-@pytest.mark.xfail(reason="BUG: with group_mode=all, service messages (a member joins) get the "
-                          "'I can only read text' notice; channels/telegram.py to_inbound should "
-                          "drop service messages before the notice", strict=True)
 async def test_group_mode_all_ignores_service_messages(
         start_telegram: Callable[..., Awaitable[Harness]], fake_telegram: FakeTelegramChats,
         fake_llm: FakeLLM) -> None:
@@ -176,9 +173,6 @@ async def test_group_mode_all_ignores_service_messages(
     assert fake_telegram.texts() == ["echo: hello everyone"]
 
 
-@pytest.mark.xfail(reason="BUG: a service message in a private chat (the user pinned a message) "
-                          "is answered with the 'only text' notice; channels/telegram.py "
-                          "to_inbound should ignore service messages", strict=True)
 async def test_private_service_message_is_not_answered(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
     pinned = payload("tg_private_text.json", update_id=902348033)
@@ -192,10 +186,6 @@ async def test_private_service_message_is_not_answered(
     assert fake_telegram.texts() == ["echo: next"]
 
 
-@pytest.mark.xfail(reason="BUG: in a group every '/word' counts as addressed to the bot, so "
-                          "'/weather Paris' meant for another bot is answered as chat; "
-                          "channels/telegram.py to_inbound should treat only our commands "
-                          "(or /cmd@ourbot) as addressed", strict=True)
 async def test_unknown_command_without_addressee_in_a_group_is_not_answered(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
     await post_update(tg, group_update(902348040, "/weather Paris", entities=False))
@@ -326,10 +316,6 @@ async def test_network_error_from_send_message_is_retried(
     assert len(fake_llm.chat_requests) == 1
 
 
-@pytest.mark.xfail(reason="BUG: ChatMigrated (group upgraded to a supergroup) falls into the "
-                          "generic retry path: 5 futile sends to the dead chat id, reply lost; "
-                          "channels/telegram.py _replier should resend to migrate_to_chat_id "
-                          "(or raise DeliveryFailed)", strict=True)
 async def test_migrated_group_is_not_retried_against_the_old_chat(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
     tg.gateway.inbox.backoff_seconds = 0.01
@@ -385,9 +371,6 @@ async def test_oversized_update_is_413_json(
 
 
 @pytest.mark.parametrize("message", ["not an object", 5])
-@pytest.mark.xfail(reason="BUG: a Message (or reply_to_message) that is not an object makes "
-                          "Update.de_json raise AttributeError, which the webhook does not catch: "
-                          "500; channels/telegram.py webhook() should answer 400", strict=True)
 async def test_update_with_a_non_object_message_is_400(
         tg: Harness, fake_llm: FakeLLM, message: Any) -> None:
     update = payload("tg_private_text.json")
@@ -421,10 +404,6 @@ async def _close_leaked_bots() -> None:
             await thing.shutdown()
 
 
-@pytest.mark.xfail(reason="BUG: a rejected token stops start-up with PTB's InvalidToken, whose "
-                          "message contains the token (printed in the traceback); "
-                          "channels/telegram.py start() should raise a ConfigError without it",
-                   strict=True)
 async def test_rejected_token_fails_start_up_without_revealing_the_token(
         make_settings: Callable[..., Settings], pm: PluginManager,
         fake_telegram: FakeTelegramChats) -> None:
@@ -436,10 +415,6 @@ async def test_rejected_token_fails_start_up_without_revealing_the_token(
         await _close_leaked_bots()
 
 
-@pytest.mark.xfail(reason="BUG: when getMe fails in start(), the PTB Application was never "
-                          "stored, so nothing shuts its Bot down: its HTTP connection stays open; "
-                          "channels/telegram.py start() should `await application.bot.shutdown()`"
-                          " when initialize() raises", strict=True)
 async def test_failed_start_up_leaves_no_connection_open(
         make_settings: Callable[..., Settings], pm: PluginManager,
         fake_telegram: FakeTelegramChats) -> None:
@@ -450,9 +425,6 @@ async def test_failed_start_up_leaves_no_connection_open(
         await _close_leaked_bots()
 
 
-@pytest.mark.xfail(reason="BUG: at `cloudybot serve`'s INFO level httpx logs every Bot API URL, "
-                          "and the URL contains the bot token; channels/telegram.py should quiet "
-                          "the 'httpx' logger (WARNING) or redact the token", strict=True)
 async def test_bot_token_never_reaches_the_logs(
         tg: Harness, fake_telegram: FakeTelegramChats, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)  # what `cloudybot serve` configures
@@ -503,11 +475,6 @@ async def test_polling_stop_and_start_answers_each_later_update_once(
     assert len(fake_llm.chat_requests) == 4
 
 
-@pytest.mark.xfail(reason="BUG: Gateway.stop() stops the channels (PTB shutdown closes the Bot's "
-                          "HTTP client) before draining queued turns, so their replies fail and "
-                          "are lost although the turns are stored; gateway/gateway.py stop() "
-                          "must drain before closing channel clients (or TelegramChannel.stop "
-                          "must stop intake only)", strict=True)
 async def test_stopping_the_gateway_delivers_queued_replies(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
     tg.gateway.inbox.backoff_seconds = 0.01

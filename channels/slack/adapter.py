@@ -12,14 +12,17 @@ older than 5 minutes refused: 401) before anything is parsed; then bolt answers
   ``app_mention`` and as a ``message`` event, and Slack retries deliveries
   (``X-Slack-Retry-Num``); both are de-duplicated by ``channel:ts``, durably.
 - Edits, joins and other message subtypes, and bots' messages (ours included), are ignored.
-- ``/cloudybot new|remember KEY VALUE|forget KEY|memory|usage``: commands on the conversation
-  of the channel they are typed in, answered privately (``chat.postEphemeral``).
+- ``/cloudybot new|remember KEY VALUE|forget KEY|memory|usage``: commands, answered at once
+  and privately in the command's acknowledgement. In a DM they act on the DM's conversation;
+  in a channel (whose conversations are threads a slash command cannot name) only ``usage``
+  and ``help`` do, the others say to use a DM.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -31,8 +34,8 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway import Channel, Gateway, hookimpl
-from gateway.errors import BadRequest, Unauthorized
+from gateway import Channel, Gateway
+from gateway.errors import BadRequest, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -40,9 +43,17 @@ log = logging.getLogger(__name__)
 NAME = "slack"
 MAX_CHARS = 3900  # Slack truncates message text past 40,000; keep replies readable
 # message subtypes that still carry a user's words; every other subtype (edits, joins...) is not
-ANSWERED_SUBTYPES: frozenset[str] = frozenset({"file_share"})
-FATAL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived",
-                          "invalid_auth", "account_inactive", "token_revoked", "msg_too_long"})
+ANSWERED_SUBTYPES: frozenset[str] = frozenset({"file_share", "thread_broadcast"})
+# Slash commands that act on a conversation: in a channel the conversations are threads,
+# which a slash command cannot name.
+THREAD_COMMANDS = frozenset({"new", "remember", "forget", "memory"})
+IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to talk there. "
+                "Use /cloudybot new, remember, forget and memory in a DM with me; "
+                "/cloudybot usage works anywhere.")
+# ok:false errors worth another try; every other one (missing_scope, channel_not_found...)
+# would fail the same way again
+TEMPORARY_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error",
+                              "service_unavailable", "request_timeout"})
 
 
 class SlackChannel(Channel):
@@ -85,10 +96,15 @@ class SlackChannel(Channel):
             verified = False
         if not verified:
             raise Unauthorized("invalid or stale Slack signature")
+        if not self.gateway.accepting:
+            raise Unavailable("the gateway is shutting down; Slack will retry")
         try:
             text = raw.decode("utf-8")
-            if text.lstrip().startswith(("{", "[")) and not isinstance(json.loads(text), dict):
-                raise ValueError("a JSON payload must be an object")
+            if text.lstrip().startswith(("{", "[")):
+                payload = json.loads(text)
+                if not isinstance(payload, dict) or not isinstance(payload.get("event", {}),
+                                                                   dict):
+                    raise ValueError("a JSON payload must be an object, its event too")
             bolt_request = AsyncBoltRequest(body=text, query=request.query_string,
                                             headers=dict(request.headers))
         except (ValueError, RecursionError, AttributeError, TypeError):
@@ -105,8 +121,9 @@ class SlackChannel(Channel):
         if event.get("subtype") not in (None, *ANSWERED_SUBTYPES) or event.get("bot_id"):
             return
         channel_type = event.get("channel_type")
-        if channel_type == "im":
-            self._submit(event, body, context, thread_ts=None, only_known=False)
+        if channel_type == "im":  # one conversation per DM; a reply in a DM thread stays there
+            self._submit(event, body, context, thread_ts=None, only_known=False,
+                         reply_ts=event.get("thread_ts"))
         elif event.get("thread_ts"):
             # A follow-up in a thread continues a conversation the bot is already in.
             self._submit(event, body, context, thread_ts=event["thread_ts"], only_known=True)
@@ -118,29 +135,37 @@ class SlackChannel(Channel):
         self._submit(event, body, context, thread_ts=event.get("thread_ts") or event.get("ts"),
                      only_known=False)
 
-    async def _on_command(self, ack: AsyncAck, command: dict[str, Any],
-                          context: AsyncBoltContext) -> None:
-        await ack()
-        team, channel, user = command.get("team_id"), command.get("channel_id"), \
-            command.get("user_id")
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        """Commands touch no LLM: run at once and answer in the ack (seen only by the user,
+        also where the bot is not a member)."""
+        team, channel, user = (command.get("team_id"), command.get("channel_id"),
+                               command.get("user_id"))
         if not (team and channel and user):
+            await ack()
             return
         name, _, argument = (command.get("text") or "").strip().partition(" ")
-        client = context.client
-        assert client is not None
+        name = name.lower() or "help"
+        if not channel.startswith("D") and name in THREAD_COMMANDS:
+            await ack(IN_A_CHANNEL)
+            return
 
-        async def reply(text: str) -> None:
-            await self._post(client.chat_postEphemeral, channel=channel, user=user, text=text)
+        async def unused_reply(text: str) -> None:  # answered in the ack instead
+            raise DeliveryFailed("slash commands are answered in their ack")
 
-        self.gateway.receive(InboundMessage(
+        answer = await self.gateway.inbox.answer_now(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{team}:{channel}", sender=f"{NAME}:{team}:{user}",
-            message_id=f"command:{command.get('trigger_id') or id(command)}", text="",
-            reply=reply, command=Command(name.lower() or "help", argument.strip()),
-            max_chars=MAX_CHARS))
+            message_id=f"command:{command.get('trigger_id') or uuid.uuid4()}", text="",
+            reply=unused_reply, command=Command(name, argument.strip()), max_chars=MAX_CHARS))
+        if answer:
+            await ack(answer)
+        else:
+            await ack()
 
     def _submit(self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext,
-                thread_ts: str | None, only_known: bool) -> None:
+                thread_ts: str | None, only_known: bool, reply_ts: str | None = None) -> None:
         team = body.get("team_id") or event.get("team")
+        # A Slack Connect user belongs to their own workspace: that names their account.
+        user_team = event.get("user_team") or event.get("team") or team
         channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
         if not (team and channel and user and ts):
             return
@@ -153,10 +178,10 @@ class SlackChannel(Channel):
 
         async def reply(chunk: str) -> None:
             await self._post(client.chat_postMessage, channel=channel, text=chunk,
-                             thread_ts=thread_ts)
+                             thread_ts=thread_ts or reply_ts)
 
         self.gateway.receive(InboundMessage(
-            channel=NAME, conversation=conversation, sender=f"{NAME}:{team}:{user}",
+            channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
             message_id=f"{channel}:{ts}", text=text, reply=reply, only_known=only_known,
             max_chars=MAX_CHARS))
 
@@ -174,12 +199,7 @@ class SlackChannel(Channel):
             error = exc.response.get("error") if exc.response is not None else None
             if exc.response is not None and exc.response.status_code == 429:
                 raise DeliveryRetry(float(exc.response.headers.get("Retry-After", 1))) from exc
-            if error in FATAL_ERRORS:
+            status = exc.response.status_code if exc.response is not None else 0
+            if error not in TEMPORARY_ERRORS and status < 500:
                 raise DeliveryFailed(str(error)) from exc
             raise
-
-
-@hookimpl
-def register_channels(gateway: Gateway) -> list[Channel]:
-    """Register the Slack channel (inactive without a bot token)."""
-    return [SlackChannel(gateway)]

@@ -7,25 +7,29 @@ forum topic; senders are accounts ``telegram:{user_id}``.
 
 What it does with each kind of update:
 
-- private text: a turn. In groups, only when the bot is @mentioned, replied to, or commanded
-  (``CLOUDYBOT_TELEGRAM_GROUP_MODE=all`` answers every message it sees); the mention is removed.
+- private text: a turn. In groups, only when the bot is @mentioned, replied to, or given one of
+  its commands (``CLOUDYBOT_TELEGRAM_GROUP_MODE=all`` answers every message it sees); the
+  mention is removed.
 - ``/start`` ``/help`` ``/new`` ``/remember KEY VALUE`` ``/forget KEY`` ``/memory`` ``/usage``:
-  commands (no LLM call). Any other ``/command text`` is chat about ``text``.
+  commands (no LLM call). ``/other@thisbot text`` is chat about ``text``; ``/other`` without
+  ``@thisbot`` is ordinary text (in a group, someone else's bot command).
 - an edited message (``update.edited_message``; ``update.message`` is None): a new turn marked
   ``[edited]``, so the model knows it replaces the earlier text.
-- a photo or document with a caption: a turn about ``[photo] caption``; any other non-text
-  message (sticker, voice, photo without caption): a short note that only text is read, no LLM
-  call.
-- bots' messages, channel posts and service messages: ignored.
+- a photo or document with a caption: a turn about ``[photo] caption``; other media (sticker,
+  voice, photo without caption): a short note that only text is read, no LLM call.
+- bots' messages, channel posts and service messages (joins, pins): ignored.
 
 Replies are plain text (never a parse error on user text), split under 4096 characters, sent in
-the same forum topic, with "typing…" shown while the agent works. A 429's ``retry_after`` is
-honoured.
+the same forum topic, with "typing…" while the agent works. A 429's ``retry_after`` is honoured;
+a group that became a supergroup is answered at its new id. The bot token never reaches the
+logs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import itertools
 import json
 import logging
 import warnings
@@ -33,25 +37,28 @@ from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
-from telegram import Bot, Message, ReplyParameters, Update
+from telegram import Bot, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, MessageLimit
 from telegram.error import BadRequest as TelegramBadRequest
+from telegram.error import ChatMigrated, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.error import Forbidden as TelegramForbidden
-from telegram.error import RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.warnings import PTBDeprecationWarning
 
-from gateway import Channel, Gateway, hookimpl
-from gateway.errors import BadRequest, Forbidden
+from gateway import Channel, Gateway
+from gateway.errors import BadRequest, ConfigError, Forbidden, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway.logs import redact_in_logs
+
+from . import NAME
 
 log = logging.getLogger(__name__)
 
-NAME = "telegram"
 COMMANDS = frozenset({"start", "help", "new", "remember", "forget", "memory", "usage"})
 TEXT_ONLY = ("I can only read text for now — send me your question as a message "
              "(photos and documents with a caption work too).")
 ALLOWED_UPDATES = ["message", "edited_message"]
+CONNECT_RETRY_SECONDS = (1, 2, 5, 10, 30, 60)
 
 
 def retry_after_seconds(error: RetryAfter) -> float:
@@ -69,18 +76,21 @@ def session_key(message: Message) -> str:
     return f"{NAME}:{message.chat.id}"
 
 
-def _mentions(message: Message, username: str) -> bool:
+def _our_mentions(message: Message, username: str) -> list[MessageEntity]:
+    """The ``@username`` mention entities of the text (or caption) that name this bot."""
     wanted = f"@{username}".lower()
-    entities = message.parse_entities(["mention"]) or message.parse_caption_entities(["mention"])
-    return any(text.lower() == wanted for text in entities.values())
+    entities = message.parse_entities([MessageEntity.MENTION]) if message.text \
+        else message.parse_caption_entities([MessageEntity.MENTION])
+    return [entity for entity, text in entities.items() if text.lower() == wanted]
 
 
-def _strip_mention(text: str, username: str) -> str:
-    mention = f"@{username}"
-    index = text.lower().find(mention.lower())
-    if index < 0:
-        return text.strip()
-    return (text[:index] + text[index + len(mention):]).strip()
+def _without_mentions(text: str, mentions: list[MessageEntity]) -> str:
+    """``text`` with the given mention entities cut out (offsets are UTF-16, as Telegram's)."""
+    encoded = text.encode("utf-16-le")
+    for entity in sorted(mentions, key=lambda e: e.offset, reverse=True):
+        start, end = entity.offset * 2, (entity.offset + entity.length) * 2
+        encoded = encoded[:start] + encoded[end:]
+    return " ".join(encoded.decode("utf-16-le").split())
 
 
 class TelegramChannel(Channel):
@@ -97,11 +107,8 @@ class TelegramChannel(Channel):
         self.group_mode = settings.telegram_group_mode
         self.api_base = settings.telegram_api_base
         self.application: Application[Any, Any, Any, Any, Any, Any] | None = None
-
-    @property
-    def enabled(self) -> bool:
-        """On when a token is configured."""
-        return bool(self.token)
+        self._connecting: asyncio.Task[None] | None = None
+        redact_in_logs(self.token)
 
     @property
     def uses_webhook(self) -> bool:
@@ -110,15 +117,26 @@ class TelegramChannel(Channel):
 
     def routes(self) -> list[web.RouteDef]:
         """``POST /telegram/webhook`` in webhook mode."""
-        if self.enabled and self.uses_webhook:
-            return [web.post("/telegram/webhook", self.webhook)]
-        return []
+        return [web.post("/telegram/webhook", self.webhook)] if self.uses_webhook else []
 
     # --- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
-        """Connect (getMe), then register the webhook or start polling."""
-        if not self.enabled or self.application is not None:
-            return
+        """Connect (getMe), then register the webhook or start polling. Idempotent.
+
+        A rejected token stops start-up with a ConfigError; an unreachable Bot API does not: the
+        channel keeps trying in the background while the rest of the gateway runs.
+        """
+        if self.application is None:
+            try:
+                await self._connect()
+            except NetworkError as exc:
+                log.warning("telegram: cannot reach the Bot API (%s); retrying", exc)
+                if self._connecting is None:
+                    self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
+                return
+        await self._listen()
+
+    async def _connect(self) -> None:
         base = self.api_base.rstrip("/")
         builder = (ApplicationBuilder().token(self.token).base_url(base)
                    .base_file_url(base.removesuffix("/bot") + "/file/bot"))
@@ -127,26 +145,68 @@ class TelegramChannel(Channel):
         application = builder.build()
         application.add_handler(TypeHandler(Update, self._on_update))
         application.add_error_handler(self._on_error)
-        await application.initialize()
+        try:
+            await application.initialize()
+        except BaseException as exc:
+            await application.bot.shutdown()  # initialize() leaves the Bot's client open
+            if isinstance(exc, InvalidToken):
+                raise ConfigError("CLOUDYBOT_TELEGRAM_TOKEN was rejected by the Bot API") \
+                    from None
+            raise
         self.application = application
-        if self.uses_webhook:
-            if self.webhook_url:
-                await application.bot.set_webhook(self.webhook_url, secret_token=self.secret,
-                                                  allowed_updates=ALLOWED_UPDATES)
-            log.info("telegram: webhook mode as @%s", application.bot.username)
-        else:
-            assert application.updater is not None
+        bot = application.bot
+        if self.group_mode == "all" and not bot.can_read_all_group_messages:
+            log.warning("telegram: CLOUDYBOT_TELEGRAM_GROUP_MODE=all, but @%s has privacy mode "
+                        "on (see @BotFather /setprivacy): it only sees mentions, replies and "
+                        "commands in groups", bot.username)
+        if self.uses_webhook and self.webhook_url:
+            await bot.set_webhook(self.webhook_url, secret_token=self.secret,
+                                  allowed_updates=ALLOWED_UPDATES)
+        log.info("telegram: %s as @%s", "webhook" if self.uses_webhook else "polling",
+                 bot.username)
+
+    async def _reconnect(self) -> None:
+        for attempt in itertools.count():
+            await asyncio.sleep(CONNECT_RETRY_SECONDS[min(attempt,
+                                                          len(CONNECT_RETRY_SECONDS) - 1)])
+            try:
+                await self._connect()
+            except NetworkError as exc:
+                log.warning("telegram: still cannot reach the Bot API (%s)", exc)
+                continue
+            except Exception:
+                log.exception("telegram: cannot start")
+                return
+            await self._listen()
+            return
+
+    async def _listen(self) -> None:
+        application = self.application
+        if application is None or self.uses_webhook:
+            return
+        assert application.updater is not None
+        if not application.updater.running:
             await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
+        if not application.running:
             await application.start()
-            log.info("telegram: polling as @%s", application.bot.username)
 
     async def stop(self) -> None:
-        """Stop polling (or the webhook listener) and close the HTTP client; idempotent."""
+        """Stop taking updates (polling stops; the webhook answers 503). Idempotent."""
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
+            self._connecting = None
+        application = self.application
+        if application is not None and application.updater is not None \
+                and application.updater.running:
+            await application.updater.stop()
+
+    async def close(self) -> None:
+        """Shut the Bot API client down (after every queued reply went out)."""
+        await self.stop()
         application, self.application = self.application, None
         if application is None:
             return
-        if application.updater is not None and application.updater.running:
-            await application.updater.stop()
         if application.running:
             await application.stop()
         await application.shutdown()
@@ -157,16 +217,20 @@ class TelegramChannel(Channel):
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not hmac.compare_digest(given.encode(), self.secret.encode()):
             raise Forbidden("missing or wrong X-Telegram-Bot-Api-Secret-Token")
-        if self.application is None:
-            raise web.HTTPServiceUnavailable()
+        if self.application is None or not self.gateway.accepting:
+            raise Unavailable("the Telegram channel is not running; deliver this again later")
+        if request.content_type != "application/json":
+            raise web.HTTPUnsupportedMediaType(text="application/json expected")
         try:
             data = json.loads(await request.read())
             if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
                 raise ValueError("not an Update")
             update = Update.de_json(data, self.application.bot)
-        except (ValueError, TypeError, KeyError, RecursionError):
+            inbound = self.to_inbound(update, self.application.bot)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise BadRequest("the body is not a Telegram Update", code="invalid_update") from None
-        await self.application.process_update(update)  # our handler only queues it
+        if inbound is not None:
+            self.gateway.receive(inbound)
         return web.json_response({"ok": True})
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -187,35 +251,31 @@ class TelegramChannel(Channel):
         text = message.text or message.caption or ""
         private = message.chat.type == ChatType.PRIVATE
         username = bot.username or ""
+        mentions = _our_mentions(message, username) if username and text else []
         command = None
+        addressed = private or bool(mentions) or self._replies_to_us(message, bot)
         if text.startswith("/"):
             word, _, rest = text[1:].partition(" ")
             name, _, addressee = word.partition("@")
             if addressee and addressee.lower() != username.lower():
                 return None  # a command for another bot
             if name.lower() in COMMANDS:
-                command = Command(name.lower(), rest.strip())
-            text = rest.strip()
-            addressed = True
-        else:
-            replied = message.reply_to_message
-            addressed = (private or _mentions(message, username)
-                         or (replied is not None and replied.from_user is not None
-                             and replied.from_user.id == bot.id))
+                command, text, addressed = Command(name.lower(), rest.strip()), "", True
+            elif addressee:  # /ask@thisbot why? -> chat about "why?"
+                text, addressed = rest, True
         if not addressed and self.group_mode == "mention":
             return None
-        if username:
-            text = _strip_mention(text, username)
+        text = _without_mentions(text, mentions) if mentions else text.strip()
+        notice = None
         if command is None:
             if message.caption and (message.photo or message.document):
                 text = f"[{'photo' if message.photo else 'document'}] {text}"
             if update.edited_message is not None and text:
                 text = f"[edited] {text}"
-        notice = None
-        if command is None and not text:
-            if message.text is not None:
-                return None  # nothing to answer (an empty command, a mention alone)
-            notice = TEXT_ONLY  # a sticker, a voice note, a photo without caption...
+            if not text:
+                if message.text is not None or message.effective_attachment is None:
+                    return None  # a mention alone, or a service message (a join, a pin)
+                notice = TEXT_ONLY  # a sticker, a voice note, a photo without caption...
         return InboundMessage(
             channel=NAME,
             conversation=session_key(message),
@@ -228,6 +288,12 @@ class TelegramChannel(Channel):
             notice=notice,
             max_chars=MessageLimit.MAX_TEXT_LENGTH,
         )
+
+    @staticmethod
+    def _replies_to_us(message: Message, bot: Bot) -> bool:
+        replied = message.reply_to_message
+        return (replied is not None and replied.from_user is not None
+                and replied.from_user.id == bot.id)
 
     # --- outbound -----------------------------------------------------------------------------
     @staticmethod
@@ -243,6 +309,8 @@ class TelegramChannel(Channel):
             try:
                 await bot.send_message(chat_id, text, message_thread_id=topic,
                                        reply_parameters=quote)
+            except ChatMigrated as exc:  # the group became a supergroup: answer it there
+                await bot.send_message(exc.new_chat_id, text)
             except RetryAfter as exc:
                 raise DeliveryRetry(retry_after_seconds(exc)) from exc
             except (TelegramForbidden, TelegramBadRequest) as exc:
@@ -259,9 +327,3 @@ class TelegramChannel(Channel):
             await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic)
 
         return typing
-
-
-@hookimpl
-def register_channels(gateway: Gateway) -> list[Channel]:
-    """Register the Telegram channel (inactive without a token)."""
-    return [TelegramChannel(gateway)]
