@@ -71,14 +71,15 @@ class WebhookChannel(Channel):
         if self.enabled and self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
 
-    async def stop(self) -> None:
-        """Close the HTTP session."""
+    async def close(self) -> None:
+        """Close the HTTP session (after the gateway delivered every queued reply)."""
         session, self._session = self._session, None
         if session is not None:
             await session.close()
 
     async def receive(self, request: web.Request) -> web.Response:
-        """Verify the signature before parsing; queue the message; answer 202 at once."""
+        """Verify the signature before parsing; queue the message; answer 202 at once (503
+        while the gateway shuts down, so the sender retries later)."""
         body = await request.read()
         stamp = request.headers.get("X-Webhook-Timestamp", "")
         given = request.headers.get("X-Webhook-Signature", "")

@@ -155,3 +155,14 @@ async def test_two_messages_sent_together_are_answered_in_order(
         assert (await post(harness, inbound(message_id, text))).status == 202
     await harness.recorder.wait("webhook", "m-2", 10)
     assert [r["text"] for r in callback.replies] == ["echo: first", "echo: second"]
+
+
+async def test_stopping_the_gateway_still_delivers_accepted_messages(
+        harness: GatewayHarness, callback: Callback, cloudybot_fake_llm: Any) -> None:
+    from gateway.testing.fake_llm import Scripted, completion
+
+    cloudybot_fake_llm.script = [Scripted(body=completion("echo: first"), delay=0.3)]
+    for message_id, text in (("m-1", "first"), ("m-2", "second")):
+        assert (await post(harness, inbound(message_id, text))).status == 202
+    await harness.client.close()  # stops the gateway while m-1 is answered and m-2 waits
+    assert [r["text"] for r in callback.replies] == ["echo: first", "echo: second"]
