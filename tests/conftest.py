@@ -15,6 +15,13 @@ from gateway.app import build_app
 from gateway.config import Settings, load_settings
 from gateway.plugins import PluginManager, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM
+from tests.fakes.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
+from tests.fakes.slack import TOKEN as SLACK_TOKEN
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import SECRET as TELEGRAM_SECRET
+from tests.fakes.telegram import TOKEN as TELEGRAM_TOKEN
+from tests.fakes.telegram import FakeTelegramChats
+from tests.helpers import Clock
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy")
@@ -93,6 +100,79 @@ def start_gateway(fake_llm: FakeLLM, aiohttp_client: Any,
 
 
 @pytest.fixture
+def clock() -> Clock:
+    """A controllable clock (see tests.helpers.Clock)."""
+    return Clock()
+
+
+@pytest.fixture
+def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
+                  pm: PluginManager, clock: Clock) -> Callable[..., Awaitable[Harness]]:
+    """Like ``start_gateway``, on the test's ``clock`` and with no periodic purge unless asked;
+    call it again for a restart on the same data."""
+    async def start(**overrides: Any) -> Harness:
+        settings = make_settings(**{"purge_interval_minutes": 0.0, **overrides})
+        gateway = Gateway(settings, pm, clock=clock)
+        return Harness(gateway, await aiohttp_client(await build_app(gateway)))
+    return start
+
+
+@pytest.fixture
 async def harness(start_gateway: Callable[..., Awaitable[Harness]]) -> Harness:
     """A gateway with default settings on the fake LLM."""
     return await start_gateway()
+
+
+# --- channels: the real python-telegram-bot and slack-bolt against loopback fakes -------------
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegramChats]:
+    """A fake Bot API on 127.0.0.1 (see tests/fakes/telegram.py)."""
+    server = FakeTelegramChats(TELEGRAM_TOKEN)
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def start_telegram(fake_telegram: FakeTelegramChats,
+                   start_gateway: Callable[..., Awaitable[Harness]],
+                   ) -> Callable[..., Awaitable[Harness]]:
+    """A gateway with Telegram in webhook mode on the fake (``telegram_webhook_secret=""``:
+    polling). ``fake_telegram`` comes first: torn down after the gateway stopped using it."""
+    async def start(**overrides: Any) -> Harness:
+        return await start_gateway(**{"telegram_token": TELEGRAM_TOKEN,
+                                      "telegram_api_base": fake_telegram.base_url,
+                                      "telegram_webhook_secret": TELEGRAM_SECRET, **overrides})
+    return start
+
+
+@pytest.fixture
+async def tg(start_telegram: Callable[..., Awaitable[Harness]]) -> Harness:
+    """A gateway with Telegram in webhook mode."""
+    return await start_telegram()
+
+
+@pytest.fixture
+async def fake_slack() -> AsyncIterator[FakeSlack]:
+    """A fake Slack Web API on 127.0.0.1 (see tests/fakes/slack.py)."""
+    server = FakeSlack(SLACK_TOKEN)
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def start_slack(fake_slack: FakeSlack, start_gateway: Callable[..., Awaitable[Harness]],
+                ) -> Callable[..., Awaitable[Harness]]:
+    """A gateway with Slack on the fake; ``fake_slack`` is torn down after the gateway."""
+    async def start(**overrides: Any) -> Harness:
+        return await start_gateway(**{"slack_bot_token": SLACK_TOKEN,
+                                      "slack_signing_secret": SLACK_SIGNING_SECRET,
+                                      "slack_api_base": fake_slack.base_url, **overrides})
+    return start
+
+
+@pytest.fixture
+async def slack(start_slack: Callable[..., Awaitable[Harness]]) -> Harness:
+    """A gateway with Slack."""
+    return await start_slack()

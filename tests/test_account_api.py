@@ -14,22 +14,12 @@ from yarl import URL
 
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
+from tests.helpers import assert_json_error
 
 AuthHeaders = dict[str, str]
 CREDENTIALS = "/api/user/browser-credentials"
 PASSWORD = "Tr0ub4dor-horse-battery-9931"
 REDACTED = "[redacted]"
-
-
-async def assert_json_error(response: ClientResponse, status: int) -> dict[str, Any]:
-    """The response is ``status`` with the SPEC's error object and no traceback; return it."""
-    text = await response.text()
-    assert response.status == status, text
-    assert "Traceback" not in text
-    error = json.loads(text)["error"]
-    assert isinstance(error["code"], str) and error["code"]
-    assert isinstance(error["message"], str) and error["message"]
-    return error
 
 
 async def credits_of(harness: Harness, auth: AuthHeaders) -> int:

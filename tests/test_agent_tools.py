@@ -32,16 +32,6 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any,
-                  make_settings: Callable[..., Settings], pm: PluginManager,
-                  clock: FakeClock) -> StartClocked:
-    """Like ``start_gateway``, with the test's ``clock``; the fake LLM outlives the gateway."""
-    async def start(**overrides: Any) -> Harness:
-        return await start_with_clock(aiohttp_client, make_settings(**overrides), pm, clock)
-    return start
-
-
 def register_tool(pm: PluginManager, name: str,
                   run: Callable[[dict[str, Any], ToolContext], Awaitable[Any]]) -> None:
     """Register a one-tool plugin on ``pm`` (before the gateway starts)."""

@@ -14,27 +14,13 @@ from yarl import URL
 
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
+from tests.helpers import assert_json_error
 
 MIB = 1024 * 1024
 AuthHeaders = dict[str, str]
 
 
 # --- helpers ------------------------------------------------------------------------------
-async def assert_json_error(response: ClientResponse, status: int) -> dict[str, Any]:
-    """The response is ``status`` with the SPEC's error object and no traceback; return it."""
-    text = await response.text()
-    assert response.status == status, text
-    assert response.content_type == "application/json", text
-    assert "Traceback" not in text
-    assert 'File "' not in text
-    body = json.loads(text)
-    assert set(body) == {"error"}, body
-    error = body["error"]
-    assert isinstance(error["code"], str) and error["code"]
-    assert isinstance(error["message"], str) and error["message"]
-    return error
-
-
 async def assert_nothing_stored(harness: Harness, auth: AuthHeaders, fake_llm: FakeLLM,
                                 thread: str = "t1") -> None:
     """No thread exists, the thread's memory is empty and the LLM was never called."""

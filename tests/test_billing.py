@@ -6,21 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import closing
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse
 
 from gateway import Gateway
-from gateway.app import build_app
 from gateway.billing import charge_for, period_of
 from gateway.config import DEFAULT_PLANS, Plan, Price, Settings
-from gateway.plugins import PluginManager
 from gateway.store import Charge
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.sqlite import SQLiteStore
@@ -33,6 +28,7 @@ from gateway.testing.fake_llm import (
 )
 from gateway.tokens import load_encoding
 from tests.conftest import Harness
+from tests.helpers import Clock, assert_json_error, month_start
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
@@ -40,53 +36,6 @@ CALCULATOR_CALL = ("call_1", "calculator", '{"expression": "2+3"}')
 
 
 # --- shared by the billing test modules ---------------------------------------------------------
-class Clock:
-    """A clock the test sets: the wall clock's time when made, then moved only when told."""
-
-    def __init__(self, now: float | None = None) -> None:
-        self.now = time.time() if now is None else now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def to(self, moment: datetime) -> None:
-        self.now = moment.timestamp()
-
-    def next_month(self, minutes_in: float = 30) -> str:
-        """Move to ``minutes_in`` minutes after the start of the next UTC month; its period."""
-        self.to(month_start(self.now, months=1))
-        self.advance(minutes_in * 60)
-        return period_of(self.now)
-
-
-def month_start(epoch: float, months: int = 0) -> datetime:
-    """The first instant of the UTC month ``months`` after the one holding ``epoch``."""
-    moment = datetime.fromtimestamp(epoch, UTC)
-    index = moment.year * 12 + moment.month - 1 + months
-    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
-
-
-async def start_on_clock(aiohttp_client: Any, settings: Settings, pm: PluginManager,
-                         clock: Callable[[], float]) -> Harness:
-    """A gateway on ``settings`` and ``clock`` behind a test client."""
-    gateway = Gateway(settings, pm, clock=clock)
-    return Harness(gateway, await aiohttp_client(await build_app(gateway)))
-
-
-async def assert_json_error(response: ClientResponse, status: int, code: str) -> str:
-    """``status`` with the SPEC's error object of ``code`` and no traceback; the message."""
-    text = await response.text()
-    assert response.status == status, text
-    assert "Traceback" not in text
-    error = json.loads(text)["error"]
-    assert error["code"] == code
-    assert isinstance(error["message"], str) and error["message"]
-    return str(error["message"])
-
-
 async def assert_ledger_matches_balances(gateway: Gateway, user_id: str) -> list[Charge]:
     """users.credits == -sum(ledger.credits) and the same for browser minutes; the ledger."""
     user = await gateway.store.get_user(user_id)
@@ -110,20 +59,6 @@ def with_plans(*plans: Plan) -> dict[str, Plan]:
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> StartClocked:
-    """Like ``start_gateway`` on the test's ``clock``; call again for a restart (same data)."""
-    async def start(**overrides: Any) -> Harness:
-        return await start_on_clock(aiohttp_client, make_settings(**overrides), pm, clock)
-    return start
-
-
 async def kinds(gateway: Gateway, user_id: str = "alice") -> list[str]:
     return [row.kind for row in await gateway.store.ledger(user_id)]
 
@@ -354,7 +289,7 @@ async def test_no_credits_is_402_before_any_provider_call_and_nothing_is_stored(
 
     response = await harness.chat(auth, "hello?")
 
-    message = await assert_json_error(response, 402, "out_of_credits")
+    message = (await assert_json_error(response, 402, "out_of_credits"))["message"]
     assert "credits" in message
     assert fake_llm.requests == []
     assert (await harness.client.get("/api/threads/t1", headers=auth)).status == 404

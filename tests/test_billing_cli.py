@@ -10,20 +10,14 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gateway.config import OPTIONS, Settings
-from gateway.plugins import PluginManager
+from gateway.config import OPTIONS
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.test_billing import (
-    Clock,
-    assert_ledger_matches_balances,
-    credits_body,
-    start_on_clock,
-)
+from tests.helpers import Clock
+from tests.test_billing import assert_ledger_matches_balances, credits_body
 from tests.test_retention import full_thread, last_active, session_files
 
 StartGateway = Callable[..., Awaitable[Harness]]
@@ -65,20 +59,6 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 def data_dir(tmp_path: Path) -> Path:
     """The data dir of ``make_settings``: the CLI and in-process gateways share one database."""
     return tmp_path / "data"
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> StartGateway:
-    async def start(**overrides: Any) -> Harness:
-        settings = make_settings(**{"purge_interval_minutes": 0.0, **overrides})
-        return await start_on_clock(aiohttp_client, settings, pm, clock)
-    return start
 
 
 async def add_user(data_dir: Path, user_id: str, *options: str) -> dict[str, str]:

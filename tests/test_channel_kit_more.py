@@ -7,7 +7,6 @@ Waits are bounded polls.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,14 +21,7 @@ from gateway.inbound import (
 from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-    await asyncio.wait_for(poll(), timeout)
+from tests.helpers import until
 
 
 class Loop:

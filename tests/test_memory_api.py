@@ -12,20 +12,10 @@ from aiohttp import ClientResponse
 from gateway.errors import BadRequest
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
+from tests.helpers import assert_json_error
 
 AuthHeaders = dict[str, str]
 MEMORY = "/api/user/memory"
-
-
-async def assert_json_error(response: ClientResponse, status: int) -> dict[str, Any]:
-    """The response is ``status`` with the SPEC's error object and no traceback; return it."""
-    text = await response.text()
-    assert response.status == status, text
-    assert "Traceback" not in text
-    error = json.loads(text)["error"]
-    assert isinstance(error["code"], str) and error["code"]
-    assert isinstance(error["message"], str) and error["message"]
-    return error
 
 
 async def get_memory(harness: Harness, auth: AuthHeaders, thread: str = "t1") -> dict[str, str]:

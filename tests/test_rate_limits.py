@@ -10,18 +10,12 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.config import Plan, Settings
+from gateway.config import Plan
 from gateway.inbound import InboundMessage
-from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
-from tests.test_billing import (
-    Clock,
-    assert_json_error,
-    assert_ledger_matches_balances,
-    start_on_clock,
-    with_plans,
-)
+from tests.helpers import Clock, assert_json_error
+from tests.test_billing import assert_ledger_matches_balances, with_plans
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
@@ -29,17 +23,10 @@ TINY = Plan("tiny", credits=10_000, browser_minutes=0, retention_days=30, reques
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> StartClocked:
-    """A gateway on the test's ``clock`` with the ``tiny`` plan (3 turns a minute) added."""
+def start_clocked(start_clocked: StartClocked) -> StartClocked:
+    """conftest's ``start_clocked`` with the ``tiny`` plan (3 turns a minute) added."""
     async def start(**overrides: Any) -> Harness:
-        settings = make_settings(**{"plans": with_plans(TINY), **overrides})
-        return await start_on_clock(aiohttp_client, settings, pm, clock)
+        return await start_clocked(**{"plans": with_plans(TINY), **overrides})
     return start
 
 

@@ -9,38 +9,19 @@ from collections.abc import Awaitable, Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from gateway.config import Settings
 from gateway.inbound import InboundMessage
-from gateway.plugins import PluginManager
 from gateway.retention import cutoffs, purge
 from gateway.store import ExpiredThread
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.test_billing import Clock, start_on_clock
+from tests.helpers import Clock
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
 DAY = 24 * 3600.0
 WAIT_SECONDS = 10.0
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> StartClocked:
-    """A gateway on the test's ``clock``; no periodic purge unless asked for."""
-    async def start(**overrides: Any) -> Harness:
-        settings = make_settings(**{"purge_interval_minutes": 0.0, **overrides})
-        return await start_on_clock(aiohttp_client, settings, pm, clock)
-    return start
 
 
 def last_active(settings: Settings, session_key: str, days_ago: float) -> None:

@@ -67,16 +67,6 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any,
-                  make_settings: Callable[..., Settings], pm: PluginManager,
-                  clock: FakeClock) -> StartClocked:
-    """Like ``start_gateway``, with the test's ``clock``; the fake LLM outlives the gateway."""
-    async def start(**overrides: Any) -> Harness:
-        return await start_with_clock(aiohttp_client, make_settings(**overrides), pm, clock)
-    return start
-
-
 def session_file(harness: Harness, name: str) -> Path:
     return harness.gateway.settings.sessions_dir / name
 

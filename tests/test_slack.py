@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,40 +13,22 @@ import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.slack import BOT_ID, BOT_USER_ID, TEAM_ID, FakeSlack, event_body, sign
+from tests.fakes.slack import (
+    BOT_ID,
+    BOT_USER_ID,
+    SIGNING_SECRET,
+    TEAM_ID,
+    FakeSlack,
+    event_body,
+    sign,
+)
 
-TOKEN = "xoxb-test-token"
-SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 PAYLOADS = Path(__file__).parent / "payloads"
 
 
 def payload(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((PAYLOADS / name).read_text())
     return data
-
-
-@pytest.fixture
-async def fake_slack() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-def start_slack(fake_slack: FakeSlack,
-                start_gateway: Callable[..., Awaitable[Harness]],
-                ) -> Callable[..., Awaitable[Harness]]:
-    """``fake_slack`` first: torn down last, after the gateway."""
-    async def start(**overrides: Any) -> Harness:
-        return await start_gateway(slack_bot_token=TOKEN, slack_signing_secret=SIGNING_SECRET,
-                                   slack_api_base=fake_slack.base_url, **overrides)
-    return start
-
-
-@pytest.fixture
-async def slack(start_slack: Callable[..., Awaitable[Harness]]) -> Harness:
-    return await start_slack()
 
 
 async def post_signed(harness: Harness, body: bytes, *, timestamp: int | None = None,

@@ -7,10 +7,9 @@ slack-bolt verifies the real v0 signatures; slack_sdk talks HTTP to the fake Web
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,47 +20,18 @@ from tests.conftest import Harness
 from tests.fakes.slack import (
     BOT_ID,
     BOT_USER_ID,
+    SIGNING_SECRET,
     TEAM_ID,
     FakeSlack,
     event_body,
     sign,
     slash_command_body,
 )
-from tests.test_slack import SIGNING_SECRET, TOKEN, payload, post_signed
+from tests.helpers import until
+from tests.test_slack import payload, post_signed
 
 CHANNEL = "C0LAN2Q65"
 ROOT_TS = "1767225650.000200"
-
-
-@pytest.fixture
-async def fake_slack() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-def start_slack(fake_slack: FakeSlack,
-                start_gateway: Callable[..., Awaitable[Harness]],
-                ) -> Callable[..., Awaitable[Harness]]:
-    async def start(**overrides: Any) -> Harness:
-        return await start_gateway(slack_bot_token=TOKEN, slack_signing_secret=SIGNING_SECRET,
-                                   slack_api_base=fake_slack.base_url, **overrides)
-    return start
-
-
-@pytest.fixture
-async def slack(start_slack: Callable[..., Awaitable[Harness]]) -> Harness:
-    return await start_slack()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-    await asyncio.wait_for(poll(), timeout)
 
 
 def im_event(text: str, ts: str, **fields: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,8 @@ import pytest
 from gateway.inbound import PROVIDER_APOLOGY
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.fakes.telegram import FakeTelegram, loads_param
+from tests.fakes.telegram import SECRET, FakeTelegram, loads_param
 
-TOKEN = "123456:TEST-token"
-SECRET = "webhook-s3cret_value"
 PAYLOADS = Path(__file__).parent / "payloads"
 ADA = 777000111
 
@@ -30,31 +28,6 @@ def payload(name: str, update_id: int | None = None, text: str | None = None) ->
     if text is not None:
         (data.get("message") or data["edited_message"])["text"] = text
     return data
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    server = FakeTelegram(TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-def start_telegram(fake_telegram: FakeTelegram,
-                   start_gateway: Callable[..., Awaitable[Harness]],
-                   ) -> Callable[..., Awaitable[Harness]]:
-    """``fake_telegram`` first: torn down last, after the gateway stopped polling it."""
-    async def start(**overrides: Any) -> Harness:
-        settings = {"telegram_token": TOKEN, "telegram_api_base": fake_telegram.base_url,
-                    "telegram_webhook_secret": SECRET, **overrides}
-        return await start_gateway(**settings)
-    return start
-
-
-@pytest.fixture
-async def tg(start_telegram: Callable[..., Awaitable[Harness]]) -> Harness:
-    return await start_telegram()
 
 
 async def post_update(harness: Harness, update: dict[str, Any], secret: str = SECRET) -> Any:

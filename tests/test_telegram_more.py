@@ -6,11 +6,10 @@ bounded polls on what the fakes recorded. Tests marked ``xfail(strict=True)`` pi
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -25,50 +24,19 @@ from tests.conftest import Harness
 from tests.fakes.telegram import (
     BOT_ID,
     BOT_USERNAME,
+    SECRET,
+    TOKEN,
     FakeTelegramChats,
     blocked_by_user,
     loads_param,
     upgraded_to_supergroup,
 )
-from tests.test_telegram import ADA, SECRET, TOKEN, payload, post_update
+from tests.helpers import until
+from tests.test_telegram import ADA, payload, post_update
 
 GRACE = 777000222
 GROUP = -4012345678
 FORUM = -1001971186208
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegramChats]:
-    server = FakeTelegramChats(TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-def start_telegram(fake_telegram: FakeTelegramChats,
-                   start_gateway: Callable[..., Awaitable[Harness]],
-                   ) -> Callable[..., Awaitable[Harness]]:
-    """Like tests/test_telegram.py's, but the fake is set up first, so that it is torn down
-    after the gateway (a polling gateway never polls a closed fake)."""
-    async def start(**overrides: Any) -> Harness:
-        settings = {"telegram_token": TOKEN, "telegram_api_base": fake_telegram.base_url,
-                    "telegram_webhook_secret": SECRET, **overrides}
-        return await start_gateway(**settings)
-    return start
-
-
-@pytest.fixture
-async def tg(start_telegram: Callable[..., Awaitable[Harness]]) -> Harness:
-    return await start_telegram()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-    await asyncio.wait_for(poll(), timeout)
 
 
 def group_update(update_id: int, text: str, *, sender: int = GRACE, entities: bool = False,

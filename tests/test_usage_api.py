@@ -10,35 +10,15 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Settings
-from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.test_billing import (
-    Clock,
-    assert_json_error,
-    credits_body,
-    month_start,
-    start_on_clock,
-)
+from tests.helpers import Clock, assert_json_error, month_start
+from tests.test_billing import credits_body
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
 ENTRY_KEYS = {"id", "kind", "model", "thread", "createdAt", "promptTokens", "completionTokens",
               "credits", "browserMinutes"}
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> StartClocked:
-    async def start(**overrides: Any) -> Harness:
-        return await start_on_clock(aiohttp_client, make_settings(**overrides), pm, clock)
-    return start
 
 
 async def usage(harness: Harness, auth: AuthHeaders, query: str = "") -> dict[str, Any]:

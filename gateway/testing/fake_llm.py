@@ -10,6 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .loopback import LoopbackServer
+
 
 @dataclass
 class Recorded:
@@ -76,7 +78,7 @@ class FakeLLM:
         self.script: list[Scripted] = []
         self.responder: Callable[[Recorded], Scripted] = default_reply
         self.url = ""
-        self._runner: web.AppRunner | None = None
+        self._server = LoopbackServer()
 
     @property
     def chat_requests(self) -> list[Recorded]:
@@ -96,18 +98,15 @@ class FakeLLM:
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
 
     async def start(self) -> None:
+        """Listen on a free port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
+        port = await self._server.serve(app)
         self.url = f"http://127.0.0.1:{port}/v1"
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        """Stop listening."""
+        await self._server.close()
 
 
 def tool_call_completion(calls: list[tuple[str, str, str]], content: str | None = None,

@@ -17,6 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.testing.loopback import LoopbackServer
+
+TOKEN = "xoxb-test-token"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM_ID = "T0G9PQBBK"
 BOT_USER_ID = "U0BOTUSER1"
 BOT_ID = "B0BOT00001"
@@ -48,7 +52,7 @@ class FakeSlack:
         self.fail_next: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
         self.posted = asyncio.Condition()
         self._ts = itertools.count(1)
-        self._runner: web.AppRunner | None = None
+        self._server = LoopbackServer()
         self.base_url = ""
 
     def calls_to(self, method: str) -> list[Call]:
@@ -93,18 +97,15 @@ class FakeSlack:
         return answer
 
     async def start(self) -> None:
+        """Listen on a free port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/api/{method}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
+        port = await self._server.serve(app)
         self.base_url = f"http://127.0.0.1:{port}/api/"
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        """Stop listening."""
+        await self._server.close()
 
 
 def event_body(event: dict[str, Any], event_id: str, team: str = TEAM_ID) -> bytes:

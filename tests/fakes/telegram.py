@@ -15,6 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.testing.loopback import LoopbackServer
+
+TOKEN = "123456:TEST-token"
+SECRET = "webhook-s3cret_value"
 BOT_ID = 7000000001
 BOT_USERNAME = "gateway_test_bot"
 
@@ -38,7 +42,7 @@ class FakeTelegram:
         self.updates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent = asyncio.Condition()
         self._message_ids = itertools.count(5000)
-        self._runner: web.AppRunner | None = None
+        self._server = LoopbackServer()
         self.base_url = ""
         self.polls = 0  # getUpdates calls answered
         self.polling_now = 0  # getUpdates calls in flight
@@ -143,18 +147,15 @@ class FakeTelegram:
         return self._ok([u for u in updates if u["update_id"] >= offset])
 
     async def start(self) -> None:
+        """Listen on a free port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
+        port = await self._server.serve(app)
         self.base_url = f"http://127.0.0.1:{port}/bot"
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        """Stop listening."""
+        await self._server.close()
 
 
 def loads_param(call: Call, name: str) -> Any:
@@ -196,5 +197,4 @@ class FakeTelegramChats(FakeTelegram):
 
     def open_connections(self) -> int:
         """HTTP connections clients still hold open to the fake (keep-alive included)."""
-        server = self._runner.server if self._runner is not None else None
-        return len(server.connections) if server is not None else 0
+        return self._server.open_connections()

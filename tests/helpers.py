@@ -1,0 +1,66 @@
+"""Helpers shared by the test modules (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import ClientResponse
+
+from gateway.billing import period_of
+
+
+class Clock:
+    """A clock the test sets: the wall clock's time when made, then moved only when told."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def to(self, moment: datetime) -> None:
+        self.now = moment.timestamp()
+
+    def next_month(self, minutes_in: float = 30) -> str:
+        """Move to ``minutes_in`` minutes after the start of the next UTC month; its period."""
+        self.to(month_start(self.now, months=1))
+        self.advance(minutes_in * 60)
+        return period_of(self.now)
+
+
+def month_start(epoch: float, months: int = 0) -> datetime:
+    """The first instant of the UTC month ``months`` after the one holding ``epoch``."""
+    moment = datetime.fromtimestamp(epoch, UTC)
+    index = moment.year * 12 + moment.month - 1 + months
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+async def assert_json_error(response: ClientResponse, status: int,
+                            code: str | None = None) -> dict[str, Any]:
+    """The response is ``status`` with the SPEC's error object (of ``code``, if given) and no
+    traceback; return the error object."""
+    text = await response.text()
+    assert response.status == status, text
+    assert "Traceback" not in text
+    error: dict[str, Any] = json.loads(text)["error"]
+    assert isinstance(error["code"], str) and error["code"]
+    assert isinstance(error["message"], str) and error["message"]
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until ``predicate()`` holds, polling briefly; fail after ``timeout`` seconds."""
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.005)  # a bounded poll of something the fakes recorded
+    await asyncio.wait_for(poll(), timeout)
