@@ -27,6 +27,7 @@ from .store import (
     Charge,
     NewMessage,
     SecretRecord,
+    StoredMessage,
     SummaryCommit,
     ThreadRef,
     TurnCommit,
@@ -55,11 +56,16 @@ class TurnResult:
 
 @dataclass(frozen=True)
 class PendingSummary:
-    """A summarization the turn triggered; it runs after the answer, under the same lock."""
+    """A summarization the turn triggered; it runs after the answer, under the same lock, so
+    the thread is exactly as the turn left it: what it needs is carried here, not re-read."""
 
     ref: ThreadRef
     billed_user: str
     secrets: tuple[str, ...]
+    summary: str
+    version: int
+    messages: list[StoredMessage]
+    credits: int  # the billed user's balance after the turn
 
 
 @dataclass
@@ -266,11 +272,12 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     if not reply:
         raise ProviderError("the provider returned an empty reply")
     stored_message = redact(message, secrets)
+    new_messages = [NewMessage("user", stored_message, gw.counter.count(stored_message)),
+                    NewMessage("assistant", reply, gw.counter.count(reply))]
     written = await gw.store.commit_turn(TurnCommit(
         ref=ref,
         billed_user=user_id,
-        messages=[NewMessage("user", stored_message, gw.counter.count(stored_message)),
-                  NewMessage("assistant", reply, gw.counter.count(reply))],
+        messages=new_messages,
         charges=run.charges,
         inbound=inbound,
     ))
@@ -291,7 +298,13 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     pending = None
     # Under the turn lock nobody else adds to this thread: the count needs no query.
     if len(state.messages) + len(written.message_ids) >= settings.summarize_at:
-        pending = PendingSummary(ref, user_id, secrets)
+        stored = [*state.messages, *(
+            StoredMessage(message_id, new.role, new.content, new.tokens)
+            for message_id, new in zip(written.message_ids, new_messages, strict=True))]
+        pending = PendingSummary(
+            ref, user_id, secrets, summary=state.thread.summary if state.thread else "",
+            version=state.thread.summary_version if state.thread else 0, messages=stored,
+            credits=balance - sum(c.credits for c in run.charges))
     result = TurnResult(reply, run.prompt_tokens, run.completion_tokens,
                         sum(c.credits for c in run.charges),
                         summarized=pending is not None, session_rotated=new_session)
@@ -301,16 +314,15 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
 async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
     """Fold older messages into the summary; on any failure change nothing. True if applied."""
     settings = gw.settings
-    thread, messages, credits = await gw.store.summary_inputs(pending.ref.session_key,
-                                                              pending.billed_user)
+    messages = pending.messages
     cut = fold_point(messages, settings.keep_recent)
-    if thread is None or len(messages) < settings.summarize_at or cut == 0:
+    if len(messages) < settings.summarize_at or cut == 0:
         return False
-    if credits <= 0:
+    if pending.credits <= 0:
         log.info("summarization of %s postponed: no credits", pending.ref.session_key)
         return False
     folded = messages[:cut]
-    request = summary_request(thread.summary, folded, settings.llm_model)
+    request = summary_request(pending.summary, folded, settings.llm_model)
     try:
         completion = await _call_provider(gw, request)
     except ProviderError as exc:
@@ -328,7 +340,7 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
     applied = await gw.store.commit_summary(SummaryCommit(
         session_key=pending.ref.session_key,
         billed_user=pending.billed_user,
-        expected_version=thread.summary_version,
+        expected_version=pending.version,
         summary=summary,
         summary_tokens=gw.counter.count(summary),
         folded_through_id=folded[-1].id,

@@ -112,10 +112,6 @@ class Store(Protocol):
                            before: int | None) -> ThreadPage:
         """Up to ``limit`` display messages older than ``before``, oldest first."""
 
-    async def summary_inputs(self, session_key: str,
-                             user_id: str) -> tuple[Thread | None, list[StoredMessage], int]:
-        """The thread, its rolling ``messages`` and the billed user's credits, in one read."""
-
     async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
 

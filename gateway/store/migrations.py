@@ -115,4 +115,8 @@ MIGRATIONS: tuple[str, ...] = (
     WHERE u.browser_minutes + COALESCE((SELECT sum(l.minutes) FROM ledger l
                                         WHERE l.user_id = u.user_id), 0) != 0;
     """,
+    # 5: one index less to update on every turn; retention scans threads by owner instead
+    """
+    DROP INDEX IF EXISTS threads_updated;
+    """,
 )

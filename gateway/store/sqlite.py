@@ -229,6 +229,7 @@ class SQLiteStore:
         await self._db.execute("PRAGMA synchronous = NORMAL")
         await self._db.execute("PRAGMA foreign_keys = ON")
         await self._db.execute("PRAGMA busy_timeout = 5000")
+        await self._db.execute("PRAGMA cache_size = -16000")  # 16 MB of pages kept hot
         await self._transaction(self._migrate)
 
     async def close(self) -> None:
@@ -487,16 +488,6 @@ class SQLiteStore:
             page = [DisplayMessage(*row) for row in rows[:limit]]
             page.reverse()
             return ThreadPage(page, page[0].id if len(rows) > limit else None)
-        return await self._read(run)
-
-    async def summary_inputs(self, session_key: str,
-                             user_id: str) -> tuple[Thread | None, list[StoredMessage], int]:
-        """The thread, its rolling ``messages`` and the billed user's credits, in one read."""
-        def run(conn: sqlite3.Connection) -> tuple[Thread | None, list[StoredMessage], int]:
-            thread, messages = self._rolling(conn, session_key)
-            row = conn.execute("SELECT credits FROM users WHERE user_id = ?",
-                               (user_id,)).fetchone()
-            return thread, messages, int(row[0]) if row else 0
         return await self._read(run)
 
     async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
