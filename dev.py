@@ -3,7 +3,8 @@
 
     python3 dev.py serve [cloudybot serve options]   # install into .venv, run the gateway
     python3 dev.py test  [pytest options]            # install with test extras, ruff, mypy,
-                                                     # pytest, then the example plugins' tests
+                                                     # pytest, the example plugins' tests and
+                                                     # a quick benchmark run (reports only)
 
 The virtual environment lives in ``.venv`` and is reinstalled only when ``pyproject.toml``
 changes (a stamp file records the hash it was installed from).
@@ -85,7 +86,10 @@ def main(args: list[str]) -> int:
         # Third-party plugins' own suites, run the way their authors would.
         example_tests = [_run_in(example, [str(PYTHON), "-m", "pytest", "-q"])
                          for example in examples] if not rest else []
-        return lint or types or tests or next((rc for rc in example_tests if rc), 0)
+        # The benchmark's smoke run: it reports figures and fails only if it cannot run.
+        bench = _run([str(PYTHON), "-m", "bench", "--quick"]) if not rest else 0
+        return (lint or types or tests or next((rc for rc in example_tests if rc), 0)
+                or bench)
     print(__doc__, file=sys.stderr)
     return 2
 
