@@ -16,7 +16,7 @@ from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Provider
-from .locks import KeyedLocks
+from .locks import KeyedLocks, Lease
 from .plugins import PluginManager, make_plugin_manager
 from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
 from .sessions import Rotation, SessionStore
@@ -38,9 +38,11 @@ def dashboard_session_key(user_id: str, thread_id: str) -> str:
 
 
 class Gateway:
-    """Owns the plugins, the store, the token counter and the turn locks.
+    """Owns the plugins, the store, the token counter, sessions and the turn locks.
 
-    Channels and the HTTP API call its methods; they never touch the store or pluggy directly.
+    Channels and the HTTP API run turns and change threads through its methods (which take the
+    thread's lock); plain reads and single-row writes go to ``gateway.store``. Nothing outside
+    :mod:`gateway.hooks` calls pluggy.
     """
 
     def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
@@ -375,7 +377,7 @@ class Gateway:
             self.spawn(self._summarize_then_release(pending, lease))
         return result
 
-    async def _summarize_then_release(self, pending: agent.PendingSummary, lease: Any) -> None:
+    async def _summarize_then_release(self, pending: agent.PendingSummary, lease: Lease) -> None:
         try:
             await agent.summarize(self, pending)
         except Exception:
