@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import hooks
 from .billing import OUT_OF_CREDITS, Admission, charge_for
 from .errors import NotFound, PaymentRequired, ProviderError
-from .interfaces import Completion, CompletionRequest, TurnContext
+from .interfaces import Completion, CompletionRequest, PromptSection, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import redact
@@ -112,8 +112,8 @@ def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]],
     return prompt, done
 
 
-async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
-                     secrets: tuple[str, ...], admission: Admission, balance: int) -> _AgentRun:
+async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
+                     admission: Admission, balance: int, run: _AgentRun) -> None:
     """Call the provider; while it asks for tools, run them and call again (bounded).
 
     Each call first reserves its worst case: with nothing left, the first call is a 402 and a
@@ -122,20 +122,19 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
     """
     settings = gw.settings
     context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
-    run = _AgentRun()
     live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
     for round_number in range(settings.max_tool_rounds + 1):
         messages = prompt.messages + live_exchange
         estimate = gw.estimate_call(prompt.prompt_tokens + sum(
             gw.counter.chat_message(m) for m in live_exchange))
         try:
-            admission.reserve(balance, estimate)
+            admission.reserve(balance, estimate, spent=sum(c.credits for c in run.charges))
         except PaymentRequired:
             if round_number == 0:
                 raise
             run.text = ("I ran out of AI credits while working with tools, so I stopped "
                         "before finishing. Ask the operator for more credits.")
-            return run
+            return
         completion = await _call_provider(gw, CompletionRequest(
             messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
         used_prompt, used_completion = _usage(gw, completion, messages, gw.tool_schema_tokens)
@@ -145,7 +144,7 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
                                       completion.model, used_prompt, used_completion))
         if not completion.tool_calls:
             run.text = completion.text
-            return run
+            return
         if round_number == settings.max_tool_rounds:
             break
         call_message: dict[str, Any] = {
@@ -165,10 +164,9 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt,
             if not prompt.drop_oldest():
                 run.text = ("I had to stop: the tool results no longer fit in my context "
                             "window. Ask again with a narrower request.")
-                return run
+                return
     run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
                 "reaching an answer. Ask again, perhaps more specifically.")
-    return run
 
 
 def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
@@ -191,7 +189,7 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
     events: list[dict[str, Any]] = []
     if rotation is not None:
         events.append({"type": "rotation", "reason": rotation.reason,
-                       "previous": rotation.archive.name})
+                       "previous": rotation.archive.name if rotation.archive else None})
     events.append({"type": "user", "content": stored_message, "messageId": user_id})
     round_number = 0
     for message in run.exchange:
@@ -245,8 +243,17 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         not active and state.thread is not None and bool(state.messages or state.thread.summary))
     credentials = _decrypt(gw, user_id, state.credentials)
     secrets = tuple(c.password for c in credentials)
-    turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, message, specialist)
-    sections = await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn)
+    stored_message = redact(message, secrets)
+    # Plugins see the message as it is stored: a password the user typed stays hidden.
+    turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, stored_message,
+                       specialist)
+    sections = []
+    for section in await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn):
+        if isinstance(section, PromptSection):
+            sections.append(section)
+        else:
+            log.error("a prompt_sections plugin returned %s, not a PromptSection; ignored",
+                      type(section).__name__)
     prompt = assemble(
         PromptInputs(
             instructions=settings.system_prompt,
@@ -267,20 +274,29 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.counter,
         settings.max_context,
     )
-    run = await _run_agent(gw, turn, prompt, secrets, admission, balance)
-    reply = redact(run.text, secrets).strip()
-    if not reply:
-        raise ProviderError("the provider returned an empty reply")
-    stored_message = redact(message, secrets)
-    new_messages = [NewMessage("user", stored_message, gw.counter.count(stored_message)),
-                    NewMessage("assistant", reply, gw.counter.count(reply))]
-    written = await gw.store.commit_turn(TurnCommit(
-        ref=ref,
-        billed_user=user_id,
-        messages=new_messages,
-        charges=run.charges,
-        inbound=inbound,
-    ))
+    run = _AgentRun()
+    try:
+        await _run_agent(gw, turn, prompt, secrets, admission, balance, run)
+        reply = redact(run.text, secrets).strip()
+        if not reply:
+            run.charges.pop()  # an empty answer is a failed call: not charged
+            raise ProviderError("the provider returned an empty reply")
+        new_messages = [NewMessage("user", stored_message, gw.counter.count(stored_message)),
+                        NewMessage("assistant", reply, gw.counter.count(reply))]
+        written = await gw.store.commit_turn(TurnCommit(
+            ref=ref,
+            billed_user=user_id,
+            messages=new_messages,
+            charges=run.charges,
+            inbound=inbound,
+        ))
+    except BaseException:
+        # The calls that did answer (a chat call before a failed tool round) are still
+        # charged; the failed call is not. Nothing of the turn is stored.
+        if run.charges:
+            await gw.store.record_charges(user_id, ref.session_key, run.charges)
+            admission.settle(sum(c.credits for c in run.charges))
+        raise
     admission.settle(sum(c.credits for c in run.charges))
     reply_id = written.message_ids[-1]
     exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from .config import Settings
 from .errors import PaymentRequired, RateLimited
 from .store import Charge
+from .times import iso
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 
@@ -39,7 +40,7 @@ def period_bounds(period: str) -> tuple[str, str]:
     year, month = (int(part) for part in period.split("-"))
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
-    return (start.isoformat().replace("+00:00", "Z"), end.isoformat().replace("+00:00", "Z"))
+    return iso(start, "seconds"), iso(end, "seconds")
 
 
 # --- reservations ---------------------------------------------------------------------------
@@ -65,13 +66,16 @@ class Admission:
         account = self._account
         return balance - (account.settled - self._snapshot) - account.reserved
 
-    def reserve(self, balance: int, estimate: int) -> None:
-        """Hold ``estimate`` more credits for this turn (one provider call's worst case), or
-        raise 402 if nothing is available."""
-        if self.available(balance) <= 0:
+    def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
+        """Before a provider call: hold what this turn has ``spent`` so far plus ``estimate``
+        (the call's worst case) — or raise 402 if, counting what others hold and this turn's
+        spending, nothing is available."""
+        account = self._account
+        others = account.reserved - self._held
+        if balance - (account.settled - self._snapshot) - others - spent <= 0:
             raise PaymentRequired(OUT_OF_CREDITS)
-        self._account.reserved += estimate
-        self._held += estimate
+        account.reserved += spent + estimate - self._held
+        self._held = spent + estimate
 
     def settle(self, charged: int) -> None:
         """The turn was stored and charged ``charged``: its hold becomes that charge."""

@@ -22,9 +22,10 @@ from .errors import ConfigError, GatewayError
 from .gateway import Gateway
 from .plugins import describe_plugins, make_plugin_manager
 from .retention import PurgeReport, purge
-from .sessions import SessionStore, iso_utc, read_events
+from .sessions import SessionStore, read_events
 from .store import ExpiredThread
 from .store.sqlite import SQLiteStore
+from .times import iso_utc
 from .tokens import TokenCounter
 
 T = TypeVar("T")
@@ -154,7 +155,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
               f"{f' ({plans})' if plans else ''}; nothing was changed")
     else:
         print(f"purged {len(report.threads)} thread(s){f' ({plans})' if plans else ''}, "
-              f"{report.files} session file(s), {report.inbound_ids} old message id(s)")
+              f"{report.files} session file(s) ({report.orphans} of deleted threads), "
+              f"{report.inbound_ids} old message id(s)")
     return 0
 
 

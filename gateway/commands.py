@@ -62,7 +62,7 @@ async def run_command(gateway: Gateway, command: Command, user: User, ref: Threa
             return "Nothing is pinned in this conversation. Use: remember KEY VALUE"
         return "Pinned facts:\n" + "\n".join(f"• {k}: {v}" for k, v in pinned.items())
     if name == "usage":
-        fresh = await gateway.store.get_user(user.user_id) or user
+        fresh = await gateway.current_user(await gateway.store.get_user(user.user_id) or user)
         return (f"Plan: {fresh.plan}. AI credits left: {fresh.credits}. "
                 f"Browser minutes: {fresh.browser_minutes}.")
     return f"Unknown command {command.name!r}.\n\n{HELP}"

@@ -69,7 +69,6 @@ class Gateway:
         self.counter: TokenCounter
         self.sessions: SessionStore
         self.secret_box: SecretBox
-        self.started = False
 
     # --- lifecycle ----------------------------------------------------------------------
     async def load_plugins(self) -> None:
@@ -117,14 +116,14 @@ class Gateway:
             await self._provider.start()
             self.accepting = True
             for channel in self.channels.values():
-                await channel.start()
+                if channel.enabled:
+                    await channel.start()
             if self.settings.purge_interval_minutes > 0:
                 self._purger = asyncio.get_running_loop().create_task(
                     retention.purge_periodically(self, self.settings.purge_interval_minutes * 60))
         except BaseException:
             await self.stop()
             raise
-        self.started = True
 
     async def stop(self) -> None:
         """Stop taking messages, finish the work already taken (turns, summaries, replies),
@@ -148,7 +147,6 @@ class Gateway:
         if self._provider is not None:
             await self._provider.close()
         await self.store.close()
-        self.started = False
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -281,7 +279,7 @@ class Gateway:
         try:
             await self.existing_thread(ref)
             await self.store.clear_thread(ref.session_key)
-            await self.rotate_session(ref.session_key, "cleared")
+            await self.archive_session(ref.session_key, "cleared")
         finally:
             lease.release()
 
@@ -291,7 +289,7 @@ class Gateway:
         try:
             await self.existing_thread(ref)
             await self.store.delete_thread(ref.session_key)
-            await self.rotate_session(ref.session_key, "deleted")
+            await self.archive_session(ref.session_key, "deleted")
         finally:
             lease.release()
 
@@ -307,14 +305,11 @@ class Gateway:
         self.inbox.receive(message)
 
     # --- sessions ----------------------------------------------------------------------------
-    async def rotate_session(self, session_key: str, reason: str | None) -> Rotation | None:
-        """Archive the session: always with a ``reason``, else only if idle or too large.
+    async def archive_session(self, session_key: str, reason: str) -> Rotation | None:
+        """Archive the session now (thread cleared or deleted); observers are told.
 
         The caller holds the thread's turn lock. Rotation never touches SQLite memory.
         """
-        if reason is None:
-            rotation, _ = await self.check_session(session_key)
-            return rotation
         rotation = self.sessions.archive(session_key, reason)
         if rotation is not None:
             await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
@@ -335,7 +330,8 @@ class Gateway:
         ref = await self.resolve_thread(user_id, thread_id)
         lease = await self.locks.acquire(ref.session_key)
         try:
-            return await self.rotate_session(ref.session_key, None) is not None
+            rotation, _ = await self.check_session(ref.session_key)
+            return rotation is not None
         finally:
             lease.release()
 
@@ -348,7 +344,10 @@ class Gateway:
             if thread is None or thread.updated_at > last_update:
                 return False, 0
             await self.store.delete_thread(session_key)
-            return True, self.sessions.delete_all(session_key)
+            files = self.sessions.delete_all(session_key)
+            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
+                                    rotation=Rotation(session_key, "purged", None))
+            return True, files
         finally:
             lease.release()
 

@@ -43,9 +43,12 @@ def register_providers(gateway: Gateway) -> list[Provider]:
 def register_channels(gateway: Gateway) -> list[Channel]:
     """Return the channel adapters this plugin provides.
 
-    :param gateway: the running gateway; a channel hands inbound messages to ``gateway.chat``.
-    :return: channel instances; their routes are served and ``start``/``stop`` run with the
-        gateway. A channel that is not configured (no token) should return nothing.
+    :param gateway: the running gateway; a channel hands inbound messages to
+        ``gateway.receive`` as :class:`gateway.inbound.InboundMessage`.
+    :return: channel instances; their routes are served, and ``start``, ``stop`` (intake) and
+        ``close`` (after queued replies went out) run with the gateway. A plugin that is not
+        configured may return a :class:`gateway.interfaces.ReservedChannel`, which keeps its
+        name's thread ids reserved and runs nothing.
     """
 
 
@@ -86,7 +89,10 @@ def turn_completed(gateway: Gateway, turn: TurnContext, reply: str) -> None:
 
 @hookspec
 def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
-    """Observe a session that was archived (idle, too large, cleared, deleted or by hand).
+    """Observe a session that ended in this process: archived (idle, too large, thread cleared
+    or deleted) or, for ``reason == "purged"``, deleted by retention (``archive`` is None).
+    A rotation by ``cloudybot sessions rotate`` happens in another process: the next turn
+    there starts a new session (with the rotation hint) but no hook fires.
 
     :param gateway: the running gateway.
     :param rotation: the session key, the reason and the archive file. Release any tool

@@ -23,10 +23,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import hooks
+from . import hooks, validation
 from .billing import RateLimiter, period_of
 from .commands import run_command
-from .errors import GatewayError, PayloadTooLarge, PaymentRequired, ProviderError, RateLimited
+from .errors import (
+    BadRequest,
+    GatewayError,
+    PayloadTooLarge,
+    PaymentRequired,
+    ProviderError,
+    RateLimited,
+)
 from .store import ThreadRef, User
 
 if TYPE_CHECKING:
@@ -45,6 +52,8 @@ OUT_OF_CREDITS = "You have no AI credits left. Ask the operator for more, or wai
 PROVIDER_APOLOGY = ("Sorry, I could not reach the language model just now, so I could not "
                     "answer. Nothing was charged; please try again in a moment.")
 TOO_LONG = "Sorry, that message is too long for me to handle. Could you shorten it?"
+SOMETHING_BROKE = "Sorry, something went wrong on my side. Please try again in a moment."
+BAD_SENDER = "Sorry, I cannot take messages from this sender id."
 SLOW_DOWN = ("You are sending messages faster than your plan allows. "
              "Please wait {seconds} s and send that again.")
 
@@ -192,6 +201,7 @@ class Inbox:
 
     async def _account(self, sender: str) -> User | None:
         gw = self.gateway
+        validation.user_id(sender)  # channel ids become account ids, and key dashboard threads
         if not gw.settings.auto_provision:
             return await gw.store.get_user(sender)
         plan = gw.settings.plans[gw.settings.default_plan]
@@ -218,7 +228,13 @@ class Inbox:
         thread = await gw.store.get_thread(message.conversation)
         if thread is None and message.only_known:
             return None
-        user = await self._account(message.sender)
+        try:
+            user = await self._account(message.sender)
+        except BadRequest:
+            log.warning("%s sender id %r is not a valid account id; refused", message.channel,
+                        message.sender)
+            await gw.store.mark_inbound(message.channel, message.message_id)
+            return BAD_SENDER
         if user is None:
             await gw.store.mark_inbound(message.channel, message.message_id)
             return NOT_PROVISIONED
@@ -258,6 +274,11 @@ class Inbox:
                 text = TOO_LONG
             except GatewayError as exc:
                 text = f"Sorry, I could not handle that: {exc.message}"
+            except Exception:
+                # Not the user's fault and maybe passing (a locked database): apologise, and
+                # leave the message unmarked so that a redelivery is tried again.
+                log.exception("turn of %s failed", ref.session_key)
+                return SOMETHING_BROKE
             break
         await gw.store.mark_inbound(message.channel, message.message_id)
         return text

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .store import ExpiredThread
+from .times import iso
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -30,6 +31,7 @@ class PurgeReport:
     dry_run: bool
     threads: list[ExpiredThread] = field(default_factory=list)
     files: int = 0
+    orphans: int = 0  # archived session files of threads deleted earlier
     inbound_ids: int = 0
 
     def by_plan(self) -> Counter[str]:
@@ -37,14 +39,10 @@ class PurgeReport:
         return Counter(thread.plan for thread in self.threads)
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 def cutoffs(gateway: Gateway) -> dict[str, str]:
     """``{plan: ISO time}``: threads of that plan untouched since then are expired."""
     now = datetime.fromtimestamp(gateway.clock(), UTC)
-    return {name: _iso(now - timedelta(days=plan.retention_days))
+    return {name: iso(now - timedelta(days=plan.retention_days))
             for name, plan in gateway.settings.plans.items() if plan.retention_days > 0}
 
 
@@ -63,15 +61,35 @@ async def purge(gateway: Gateway, *, dry_run: bool = False,
         report.threads.append(thread)
         if progress is not None:
             progress(index, len(expired), thread)
+    await _sweep_orphans(gateway, report)
     if not dry_run:
         moment = datetime.fromtimestamp(gateway.clock(), UTC)
         report.inbound_ids = await gateway.store.prune_inbound(
-            _iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
+            iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
         gateway.rate_limiter.prune()
     if report.threads:
         log.info("retention: %s %d thread(s), %d session file(s)",
                  "would purge" if dry_run else "purged", len(report.threads), report.files)
     return report
+
+
+async def _sweep_orphans(gateway: Gateway, report: PurgeReport) -> None:
+    """Archives of deleted threads (a delete archives the session) go once older than the
+    default plan's retention: deleting a thread must not keep its transcript forever."""
+    days = gateway.settings.plans[gateway.settings.default_plan].retention_days
+    if days <= 0:
+        return
+    cutoff = gateway.clock() - days * 86400
+    for path, key in list(gateway.sessions.archived()):
+        try:
+            if path.stat().st_mtime >= cutoff or await gateway.store.get_thread(key):
+                continue
+            if not report.dry_run:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        report.orphans += 1
+        report.files += 0 if report.dry_run else 1
 
 
 async def purge_periodically(gateway: Gateway, interval_seconds: float) -> None:

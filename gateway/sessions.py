@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .times import iso_utc
+
 log = logging.getLogger(__name__)
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -64,12 +66,6 @@ def decode_key(name: str) -> str:
     return raw.decode("utf-8")
 
 
-def iso_utc(epoch: float) -> str:
-    """An ISO-8601 UTC timestamp."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace(
-        "+00:00", "Z")
-
-
 @dataclass(frozen=True)
 class ToolExchange:
     """The tool calls and results that came before one assistant reply, ready to replay."""
@@ -87,11 +83,11 @@ class _Session:
 
 @dataclass(frozen=True)
 class Rotation:
-    """A rotated session: why, and where the old file went."""
+    """A session that ended: why, and where the old file went (None: it was deleted)."""
 
     key: str
     reason: str
-    archive: Path
+    archive: Path | None
 
 
 class SessionStore:
@@ -159,6 +155,10 @@ class SessionStore:
         """Why the session must rotate now (``idle`` or ``size``), or None. One ``stat``."""
         return self._due(key)[0]
 
+    def rotate_if_needed(self, key: str) -> Rotation | None:
+        """Archive the session if it is idle or too large; return what happened."""
+        return self.check(key)[0]
+
     def _due(self, key: str) -> tuple[str | None, bool]:
         """(why it must rotate, whether a file exists), from one ``stat``."""
         try:
@@ -170,10 +170,6 @@ class SessionStore:
         if stat.st_size and self.clock() - stat.st_mtime > self.idle_seconds:
             return "idle", True
         return None, True
-
-    def rotate_if_needed(self, key: str) -> Rotation | None:
-        """Archive the session if it is idle or too large; return what happened."""
-        return self.check(key)[0]
 
     def check(self, key: str) -> tuple[Rotation | None, bool]:
         """Rotate if due; return the rotation (or None) and whether an active file remains."""
@@ -247,10 +243,6 @@ class SessionStore:
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
 
-    def exists(self, key: str) -> bool:
-        """Whether the session has an active file."""
-        return self.path_for(key).exists()
-
     def exchanges(self, key: str) -> dict[int, ToolExchange]:
         """Tool exchanges of this session by the id of the reply they preceded."""
         session = self._session(key)
@@ -273,6 +265,12 @@ class SessionStore:
             name = path.name[: -len(SUFFIX)]
             yield (_header_key(path) if "~" in name else decode_key(name)), stat.st_size, \
                 stat.st_mtime
+
+    def archived(self) -> Iterator[tuple[Path, str]]:
+        """Every archived file with the key it belongs to."""
+        for path in sorted(self.archive_dir.glob(f"*{SUFFIX}")):
+            encoded = _archived_key(path.name)
+            yield path, (_header_key(path) if "~" in encoded else decode_key(encoded))
 
     def archives_of(self, key: str) -> list[Path]:
         """The archived files of ``key``, oldest first."""

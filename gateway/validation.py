@@ -30,12 +30,21 @@ def memory_key(value: object) -> str:
     return value
 
 
+def _encodable(value: str, field: str) -> str:
+    """Refuse text that is not valid Unicode (a lone surrogate from a JSON ``\\ud800``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{field} is not valid Unicode text", code=f"invalid_{field}") from None
+    return value
+
+
 def memory_value(value: object) -> str:
     """A pinned-memory value: a string of at most 2,000 characters."""
     if not isinstance(value, str) or len(value) > MAX_MEMORY_VALUE_CHARS:
         raise BadRequest(f"value must be a string of at most {MAX_MEMORY_VALUE_CHARS} "
                          "characters", code="invalid_value")
-    return value
+    return _encodable(value, "value")
 
 
 def name(value: object, what: str = "name") -> str:
@@ -70,4 +79,4 @@ def text(value: object, field: str, max_chars: int, *, allow_empty: bool = False
                               code=f"{field}_too_long")
     if "\x00" in value:
         raise BadRequest(f"{field} must not contain NUL characters", code=f"invalid_{field}")
-    return value
+    return _encodable(value, field)

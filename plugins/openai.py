@@ -98,8 +98,11 @@ class OpenAIProvider(Provider):
                     except (ValueError, aiohttp.ClientPayloadError):
                         body = None
                     if response.status != 200:
-                        raise ProviderError(f"the LLM provider answered HTTP {response.status}"
-                                            f"{': ' + _error_detail(body) if body else ''}")
+                        # The provider's words stay in our log; the client learns the status.
+                        log.warning("LLM provider answered HTTP %d: %s", response.status,
+                                    _error_detail(body) if body else "")
+                        raise ProviderError(
+                            f"the LLM provider answered HTTP {response.status}")
                     return self._parse(body, request.model)
             except TimeoutError:
                 raise ProviderTimeout(

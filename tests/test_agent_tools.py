@@ -257,7 +257,7 @@ async def test_every_provider_call_is_a_ledger_row_and_usage_sums_them(
     assert (usage_event["promptTokens"], usage_event["calls"]) == (3900, 3)
 
 
-async def test_a_failed_provider_call_after_a_tool_round_stores_nothing(
+async def test_a_failed_call_after_a_tool_round_stores_nothing_but_bills_the_call_that_answered(
         start_clocked: StartClocked, fake_llm: FakeLLM) -> None:
     harness = await start_clocked(llm_max_retries=0)
     auth = await harness.user()
@@ -267,7 +267,11 @@ async def test_a_failed_provider_call_after_a_tool_round_stores_nothing(
     response = await harness.chat(auth, "what is 2+3?")
 
     assert response.status == 502
-    assert [row.kind for row in await harness.gateway.store.ledger("alice")] == ["grant"]
+    # SPEC §9: every LLM call that answered is charged; the failed one is not.
+    ledger = await harness.gateway.store.ledger("alice")
+    assert [row.kind for row in ledger] == ["grant", "chat"]
+    user = await harness.gateway.store.get_user("alice")
+    assert user is not None and user.credits == -sum(row.credits for row in ledger)
     assert not (harness.gateway.settings.sessions_dir / "alice--t1.jsonl").exists()
     assert (await harness.client.get("/api/threads/t1", headers=auth)).status == 404
 

@@ -219,7 +219,8 @@ async def test_purge_prints_progress_and_a_summary_and_removes_the_threads(
     assert [line.split()[:3] for line in lines[:-1]] == [
         ["[1/3]", "purged", "alice--a"], ["[2/3]", "purged", "alice--b"],
         ["[3/3]", "purged", "alice--c"]]
-    assert lines[-1] == "purged 3 thread(s) (free: 3), 6 session file(s), 0 old message id(s)"
+    assert lines[-1] == ("purged 3 thread(s) (free: 3), 6 session file(s) (0 of deleted threads), "
+                         "0 old message id(s)")
     for key in ("alice--a", "alice--b", "alice--c"):
         assert session_files(settings, key) == []
     for key in ("alice--recent", "bob--a"):
@@ -232,4 +233,5 @@ async def test_purge_prints_progress_and_a_summary_and_removes_the_threads(
     assert await after.gateway.store.get_thread("alice--a") is None
 
     again = ok(await cloudybot(data_dir, "purge"))
-    assert again == ["purged 0 thread(s), 0 session file(s), 0 old message id(s)"]
+    assert again == ["purged 0 thread(s), 0 session file(s) (0 of deleted threads), "
+                     "0 old message id(s)"]

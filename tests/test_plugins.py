@@ -293,7 +293,7 @@ async def test_prompt_sections_land_in_position_order(
     await add_specialist(harness, auth, "chef", "Talk about food.")
     login = await harness.client.put("/api/user/browser-credentials", headers=auth,
                                      json={"site": "example.com", "username": "al",
-                                           "password": "pw-123"})
+                                           "password": "pw-123456"})
     assert login.status == 200
     assert (await harness.chat(auth, "first")).status == 200
     await harness.gateway.drain()
@@ -590,7 +590,7 @@ async def test_unknown_provider_name_is_a_config_error_naming_it(
         await gateway.start()
     assert "no-such-provider" in raised.value.message
     assert "CLOUDYBOT_LLM_PROVIDER" in raised.value.message
-    assert not gateway.started
+    assert not gateway.accepting
 
 
 async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(

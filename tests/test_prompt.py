@@ -32,7 +32,7 @@ async def test_prompt_has_every_section_in_spec_order(harness: Harness,
     assert response.status == 200
     response = await client.put("/api/user/browser-credentials", headers=auth,
                                 json={"site": "example.com", "username": "ada",
-                                      "password": "pw-123"})
+                                      "password": "pw-123456"})
     assert response.status == 200
 
     response = await harness.chat(auth, "plan my week", specialist="planner")
@@ -50,7 +50,7 @@ async def test_prompt_has_every_section_in_spec_order(harness: Harness,
         "You are acting as the specialist 'planner'. Its instructions:\nPlan trips step by step.",
         f"Summary of the earlier conversation:\n{summary}",
         "Saved browser logins, for the browser tool only (never repeat a password to the "
-        "user):\n- example.com: username ada, password pw-123",
+        "user):\n- example.com: username ada, password pw-123456",
     ])}
     # then the 5 kept recent messages verbatim, then the new user message
     kept = thread["messages"][:-2]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tests.fakes.slack import (
     FakeSlack,
     event_body,
     sign,
+    slash_command_body,
 )
 
 PAYLOADS = Path(__file__).parent / "payloads"
@@ -202,20 +202,11 @@ async def test_two_dms_arriving_together_are_answered_in_order(
     assert [p.params["text"] for p in posts] == ["echo: one", "echo: two"]
 
 
-def command_body(text: str, trigger: str) -> bytes:
-    return urllib.parse.urlencode({
-        "token": "verif", "team_id": TEAM_ID, "team_domain": "test", "channel_id": "D0LAN2Q65",
-        "channel_name": "directmessage", "user_id": "U061F7AUR", "user_name": "ada",
-        "command": "/cloudybot", "text": text, "api_app_id": "A0KRD7HC3",
-        "response_url": "https://hooks.slack.com/commands/T0G9PQBBK/1/x",
-        "trigger_id": trigger}).encode()
-
-
 async def test_slash_command_pins_and_lists_privately(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
     answers = []
     for index, text in enumerate(["remember team Platform", "memory", "usage", "new"]):
-        body = command_body(text, f"trigger-{index}")
+        body = slash_command_body(text, f"trigger-{index}")
         headers = {**sign(SIGNING_SECRET, body),
                    "Content-Type": "application/x-www-form-urlencoded"}
         response = await slack.client.post("/slack/events", data=body, headers=headers)
@@ -233,7 +224,7 @@ async def test_slash_command_pins_and_lists_privately(
 
 async def test_slash_command_in_a_channel_points_to_threads_and_dms(
         slack: Harness, fake_llm: FakeLLM) -> None:
-    body = command_body("remember team Platform", "trigger-channel").replace(
+    body = slash_command_body("remember team Platform", "trigger-channel").replace(
         b"channel_id=D0LAN2Q65", b"channel_id=C0LAN2Q65")
     headers = {**sign(SIGNING_SECRET, body), "Content-Type": "application/x-www-form-urlencoded"}
     response = await slack.client.post("/slack/events", data=body, headers=headers)

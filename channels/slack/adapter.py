@@ -20,6 +20,7 @@ older than 5 minutes refused: 401) before anything is parsed; then bolt answers
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -50,6 +51,8 @@ THREAD_COMMANDS = frozenset({"new", "remember", "forget", "memory"})
 IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to talk there. "
                 "Use /cloudybot new, remember, forget and memory in a DM with me; "
                 "/cloudybot usage works anywhere.")
+COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+WORKING_ON_IT = "Working on it: I'll confirm here in a moment."
 # ok:false errors worth another try; every other one (missing_scope, channel_not_found...)
 # would fail the same way again
 TEMPORARY_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error",
@@ -66,6 +69,7 @@ class SlackChannel(Channel):
         self.gateway = gateway
         self.bolt: AsyncApp | None = None
         self.verifier: SignatureVerifier | None = None
+        self.command_ack_seconds = COMMAND_ACK_SECONDS
         if settings.slack_bot_token:
             self.verifier = SignatureVerifier(settings.slack_signing_secret)
             client = AsyncWebClient(token=settings.slack_bot_token,
@@ -92,7 +96,7 @@ class SlackChannel(Channel):
         raw = await request.read()
         try:
             verified = self.verifier.is_valid_request(raw, dict(request.headers))
-        except ValueError:  # a timestamp header that is not a number
+        except (ValueError, TypeError):  # a timestamp that is not a number, a non-ASCII digest
             verified = False
         if not verified:
             raise Unauthorized("invalid or stale Slack signature")
@@ -135,9 +139,11 @@ class SlackChannel(Channel):
         self._submit(event, body, context, thread_ts=event.get("thread_ts") or event.get("ts"),
                      only_known=False)
 
-    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any],
+                          context: AsyncBoltContext) -> None:
         """Commands touch no LLM: run at once and answer in the ack (seen only by the user,
-        also where the bot is not a member)."""
+        also where the bot is not a member). One that waits behind a running turn (``new``
+        takes the thread's lock) is acked with a note and confirmed privately when done."""
         team, channel, user = (command.get("team_id"), command.get("channel_id"),
                                command.get("user_id"))
         if not (team and channel and user):
@@ -152,14 +158,32 @@ class SlackChannel(Channel):
         async def unused_reply(text: str) -> None:  # answered in the ack instead
             raise DeliveryFailed("slash commands are answered in their ack")
 
-        answer = await self.gateway.inbox.answer_now(InboundMessage(
+        task = self.gateway.spawn(self.gateway.inbox.answer_now(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{team}:{channel}", sender=f"{NAME}:{team}:{user}",
             message_id=f"command:{command.get('trigger_id') or uuid.uuid4()}", text="",
-            reply=unused_reply, command=Command(name, argument.strip()), max_chars=MAX_CHARS))
+            reply=unused_reply, command=Command(name, argument.strip()), max_chars=MAX_CHARS)))
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(task), self.command_ack_seconds)
+        except TimeoutError:
+            await ack(WORKING_ON_IT)
+            client = context.client
+            assert client is not None
+            self.gateway.spawn(self._confirm_later(task, client, channel, user))
+            return
         if answer:
             await ack(answer)
         else:
             await ack()
+
+    async def _confirm_later(self, task: asyncio.Task[str | None], client: AsyncWebClient,
+                             channel: str, user: str) -> None:
+        answer = await task
+        if answer:
+            try:
+                await self._post(client.chat_postEphemeral, channel=channel, user=user,
+                                 text=answer)
+            except Exception as exc:
+                log.warning("slack: cannot confirm a slash command to %s: %s", user, exc)
 
     def _submit(self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext,
                 thread_ts: str | None, only_known: bool, reply_ts: str | None = None) -> None:

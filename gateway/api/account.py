@@ -6,12 +6,13 @@ from aiohttp import web
 
 from .. import validation
 from ..billing import period_bounds
-from ..errors import NotFound
+from ..errors import BadRequest, NotFound
 from ..store import Charge, SecretRecord
 from .context import caller, int_param
 from .middleware import read_json_object
 
 MAX_SITE_CHARS = 253
+MIN_PASSWORD_CHARS = 8
 DEFAULT_USAGE_PAGE = 50
 MAX_USAGE_PAGE = 500
 MAX_SECRET_CHARS = 1000
@@ -120,6 +121,11 @@ async def put_credential(request: web.Request) -> web.Response:
     site = validation.text(body.get("site"), "site", MAX_SITE_CHARS)
     username = validation.text(body.get("username"), "username", MAX_SECRET_CHARS)
     password = validation.text(body.get("password"), "password", MAX_SECRET_CHARS)
+    if len(password) < MIN_PASSWORD_CHARS:
+        # Saved passwords are redacted wherever they appear in stored text: a very short one
+        # would cut ordinary words apart.
+        raise BadRequest(f"password must be at least {MIN_PASSWORD_CHARS} characters",
+                         code="invalid_password")
     blob = gateway.secret_box.seal({"username": username, "password": password}, user.user_id)
     records = await gateway.store.put_credential(user.user_id, site.strip(), blob)
     return await _credential_list(request, records)

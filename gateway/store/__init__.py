@@ -128,6 +128,10 @@ class Store(Protocol):
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
         """Write a turn (messages, display, ledger, balance); return the new message ids."""
 
+    async def record_charges(self, user_id: str, thread_key: str,
+                             charges: list[Charge]) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored."""
+
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
 

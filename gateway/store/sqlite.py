@@ -13,13 +13,13 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from ..errors import BadRequest, Conflict, NotFound
+from ..times import iso_utc
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
@@ -43,12 +43,6 @@ T = TypeVar("T")
 _USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
 _THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
                    "summary_version, created_at, updated_at")
-
-
-def iso_time(epoch: float) -> str:
-    """A moment as ISO-8601 UTC with microseconds (sorts as text)."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace(
-        "+00:00", "Z")
 
 
 def _user(row: sqlite3.Row | tuple[Any, ...]) -> User:
@@ -169,7 +163,9 @@ class _GroupCommit:
                 try:
                     outcomes = await self._db._execute(  # type: ignore[no-untyped-call]
                         _run_batch, self._db._conn, [fn for fn, _ in batch])
-                except BaseException as exc:  # the COMMIT itself failed: nothing was stored
+                except BaseException as exc:
+                    # The batch failed as a whole (its COMMIT, or we were cancelled while
+                    # waiting, in which case the worker may still have committed it).
                     outcomes = [(False, exc)] * len(batch)
                 for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
                     if future.done():
@@ -217,7 +213,7 @@ class SQLiteStore:
         self._group: _GroupCommit
 
     def _now(self) -> str:
-        return iso_time(self.clock())
+        return iso_utc(self.clock())
 
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
@@ -557,6 +553,15 @@ class SQLiteStore:
                 _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
             return TurnWritten([i for i in ids if i is not None])
         return await self._transaction(run)
+
+    async def record_charges(self, user_id: str, thread_key: str,
+                             charges: list[Charge]) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored."""
+        def run(conn: sqlite3.Connection) -> None:
+            now = self._now()
+            for charge in charges:
+                _charge(conn, user_id, thread_key, charge, now)
+        await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""

@@ -34,6 +34,7 @@ class Recorded:
 
     @property
     def is_summary(self) -> bool:
+        """Whether this is a summarization request (by its system instructions)."""
         return "running summary" in self.system_text
 
 
@@ -82,10 +83,12 @@ class FakeLLM:
 
     @property
     def chat_requests(self) -> list[Recorded]:
+        """The requests that were chat turns (not summarizations)."""
         return [r for r in self.requests if not r.is_summary]
 
     @property
     def summary_requests(self) -> list[Recorded]:
+        """The summarization requests."""
         return [r for r in self.requests if r.is_summary]
 
     async def _handle(self, request: web.Request) -> web.Response:

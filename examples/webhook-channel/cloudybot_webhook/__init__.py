@@ -83,9 +83,11 @@ class WebhookChannel(Channel):
         body = await request.read()
         stamp = request.headers.get("X-Webhook-Timestamp", "")
         given = request.headers.get("X-Webhook-Signature", "")
-        if not stamp.isdigit() or abs(time.time() - int(stamp)) > MAX_SKEW_SECONDS:
+        if not (stamp.isascii() and stamp.isdigit()) or \
+                abs(time.time() - int(stamp)) > MAX_SKEW_SECONDS:
             raise Unauthorized("missing or stale X-Webhook-Timestamp")
-        if not hmac.compare_digest(given, signature(self.secret, stamp, body)):
+        expected = signature(self.secret, stamp, body).encode()
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), expected):
             raise Unauthorized("bad X-Webhook-Signature")
         try:
             payload = json.loads(body)

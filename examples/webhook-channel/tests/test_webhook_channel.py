@@ -112,7 +112,10 @@ async def test_bad_and_stale_signatures_are_refused(harness: GatewayHarness,
     body = inbound("m-1", "hi")
     forged = {**signed_headers(SECRET, body), "X-Webhook-Signature": "sha256=" + "0" * 64}
     stale = signed_headers(SECRET, body, int(time.time()) - 301)
-    for headers in (forged, stale, {"Content-Type": "application/json"}):
+    odd_stamp = {**signed_headers(SECRET, body), "X-Webhook-Timestamp": "²"}
+    odd_digest = {**signed_headers(SECRET, body), "X-Webhook-Signature": "sha256=é"}
+    for headers in (forged, stale, {"Content-Type": "application/json"}, odd_stamp,
+                    odd_digest):
         response = await post(harness, body, headers)
         assert response.status == 401
     await harness.gateway.drain()
