@@ -44,6 +44,12 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
 
 
 @pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """The data dir of ``make_settings``: a CLI run on it sees the test gateway's data."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
 def make_settings(tmp_path: Path, fake_llm: FakeLLM) -> Callable[..., Settings]:
     """Settings in a temp data dir, talking to the fake LLM; keyword arguments override."""
     def make(**overrides: Any) -> Settings:

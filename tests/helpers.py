@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -56,6 +57,15 @@ async def assert_json_error(response: ClientResponse, status: int,
     if code is not None:
         assert error["code"] == code
     return error
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """A CLI run that failed with ``code`` and exactly one stderr line, no traceback; the line."""
+    assert result.returncode == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:

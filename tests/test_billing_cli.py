@@ -16,7 +16,7 @@ import pytest
 from gateway.config import OPTIONS
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.helpers import Clock
+from tests.helpers import Clock, assert_one_line_error
 from tests.test_billing import assert_ledger_matches_balances, credits_body
 from tests.test_retention import full_thread, last_active, session_files
 
@@ -44,21 +44,6 @@ def ok(result: subprocess.CompletedProcess[str]) -> list[str]:
     """Exit status 0; the lines printed."""
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    """Exit status 1 and exactly one stderr line, with no traceback."""
-    assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    """The data dir of ``make_settings``: the CLI and in-process gateways share one database."""
-    return tmp_path / "data"
 
 
 async def add_user(data_dir: Path, user_id: str, *options: str) -> dict[str, str]:
@@ -95,7 +80,7 @@ async def test_users_plan_errors_exit_1_with_one_line_and_change_nothing(
 
     result = await cloudybot(data_dir, *args)
 
-    assert says in one_line_error(result)
+    assert says in assert_one_line_error(result, 1)
     assert result.stdout == ""
     harness = await start_gateway()
     body = await credits_body(harness, auth)
@@ -106,7 +91,7 @@ async def test_users_plan_errors_exit_1_with_one_line_and_change_nothing(
 async def test_users_plan_with_an_unknown_plan_names_the_plans_there_are(
         data_dir: Path) -> None:
     await add_user(data_dir, "alice")
-    line = one_line_error(await cloudybot(data_dir, "users", "plan", "alice", "gold"))
+    line = assert_one_line_error(await cloudybot(data_dir, "users", "plan", "alice", "gold"), 1)
     assert all(name in line for name in ("free", "pro", "team"))
 
 
@@ -170,7 +155,7 @@ async def test_usage_prints_balances_totals_and_the_latest_rows(
 
 async def test_usage_of_an_unknown_user_exits_1_with_one_line(data_dir: Path) -> None:
     await add_user(data_dir, "alice")
-    assert "nobody" in one_line_error(await cloudybot(data_dir, "usage", "nobody"))
+    assert "nobody" in assert_one_line_error(await cloudybot(data_dir, "usage", "nobody"), 1)
 
 
 # --- purge --------------------------------------------------------------------------------------

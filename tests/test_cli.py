@@ -16,6 +16,7 @@ import pytest
 
 from gateway.config import OPTIONS
 from tests.conftest import Harness
+from tests.helpers import assert_one_line_error
 
 StartGateway = Callable[..., Awaitable[Harness]]
 CLI_TIMEOUT_SECONDS = 60
@@ -48,26 +49,11 @@ def last_line(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    """Exit status ``code`` and exactly one stderr line, with no traceback."""
-    assert result.returncode == code, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
-
-
 def free_port() -> int:
     """A TCP port that was free a moment ago."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    """The data dir the conftest gateway uses, so CLI and gateway share one database."""
-    return tmp_path / "data"
 
 
 async def credits_with(harness: Harness, token: str) -> aiohttp.ClientResponse:

@@ -17,6 +17,7 @@ from gateway.prompt import ROTATION_HINT
 from gateway.sessions import SessionStore, read_events
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
+from tests.helpers import assert_one_line_error
 
 StartGateway = Callable[..., Awaitable[Harness]]
 Turns = tuple[Harness, dict[str, str]]  # a gateway that ran turns, and alice's auth header
@@ -38,20 +39,6 @@ async def sessions_cli(data_dir: Path, *args: str) -> subprocess.CompletedProces
         subprocess.run, [sys.executable, "-m", "gateway.cli", "sessions", *args],
         env=cli_env(data_dir), cwd=data_dir.parent, capture_output=True, text=True,
         timeout=CLI_TIMEOUT_SECONDS)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    assert result.returncode == code, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    """The data dir the conftest gateway uses, so the CLI sees the gateway's sessions."""
-    return tmp_path / "data"
 
 
 @pytest.fixture
