@@ -81,7 +81,7 @@ def main(args: list[str]) -> int:
             _install_example(example)
         lint = _run([str(BIN / "ruff"), "check", "gateway", "channels", "plugins", "tests",
                      "examples", "bench"])
-        types = _run([str(BIN / "mypy"), "gateway"])
+        types = _run([str(BIN / "mypy"), "gateway", "channels", "plugins"])
         tests = _run([str(PYTHON), "-m", "pytest", *rest])
         # Third-party plugins' own suites, run the way their authors would.
         example_tests = [_run_in(example, [str(PYTHON), "-m", "pytest", "-q"])
