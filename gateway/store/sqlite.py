@@ -1,10 +1,11 @@
 """The embedded SQLite backend of :class:`gateway.store.Store` (aiosqlite, WAL mode).
 
-Each public method is one atomic function run on aiosqlite's worker thread: a turn costs one
-thread hand-off to read and one to write, however many statements it needs, and concurrent
-operations share hand-offs and COMMITs (:class:`_GroupCommit`). That uses
-``aiosqlite.Connection._execute`` (the call every aiosqlite method is built on), pinned in
-pyproject.toml.
+Writes: each public method is one atomic function run on aiosqlite's worker thread, however
+many statements it needs, and concurrent writes share one thread hand-off and one COMMIT
+(:class:`_GroupCommit`). That uses ``aiosqlite.Connection._execute`` (the call every aiosqlite
+method is built on), pinned in pyproject.toml. Reads: small indexed reads run inline on a
+read-only connection of the event loop's thread (a WAL snapshot), which costs less than a
+hand-off; a turn thus makes one read and one write.
 """
 
 from __future__ import annotations
