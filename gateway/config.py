@@ -11,13 +11,12 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
-DEFAULT_CONFIG_FILE = Path("config/cloudybot.toml")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_SYSTEM_PROMPT = "You are CloudyBot, a helpful assistant. Answer clearly and concisely."
 
@@ -417,6 +416,3 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
     return Settings(**values)
 
 
-def settings_fields() -> list[str]:
-    """Names of every Settings attribute (used by the docs test)."""
-    return [f.name for f in fields(Settings)]

@@ -53,7 +53,3 @@ class KeyedLocks:
         entry.users -= 1
         if entry.users == 0:
             del self._entries[key]
-
-    def held(self) -> int:
-        """How many keys are held or awaited (for tests and metrics)."""
-        return len(self._entries)
