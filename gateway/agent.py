@@ -12,7 +12,9 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
@@ -33,7 +35,6 @@ from .store import (
     TurnCommit,
     TurnState,
 )
-from .tokens import REPLY_PRIMING
 from .tools import ToolContext, run_tool
 
 if TYPE_CHECKING:
@@ -98,12 +99,13 @@ async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
     return completion
 
 
-def _usage(gw: Gateway, completion: Completion, messages: list[dict[str, Any]],
-           reserved_tokens: int = 0) -> tuple[int, int]:
-    """Prompt and completion tokens as reported, or counted with tiktoken when not."""
+def _usage(gw: Gateway, completion: Completion,
+           count_prompt: Callable[[], int]) -> tuple[int, int]:
+    """Prompt and completion tokens as reported; when not, ``count_prompt()`` (our own count,
+    only then asked for) and the answer counted with tiktoken."""
     prompt = completion.prompt_tokens
     if prompt is None:
-        prompt = gw.counter.messages(messages) + reserved_tokens
+        prompt = count_prompt()
     done = completion.completion_tokens
     if done is None:
         done = gw.counter.count(completion.text) + sum(
@@ -123,10 +125,11 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
     settings = gw.settings
     context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
     live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
+    live_tokens = 0  # of live_exchange, counted once as each round adds to it
     for round_number in range(settings.max_tool_rounds + 1):
         messages = prompt.messages + live_exchange
-        estimate = gw.estimate_call(prompt.prompt_tokens + sum(
-            gw.counter.chat_message(m) for m in live_exchange))
+        prompt_tokens = prompt.prompt_tokens + live_tokens
+        estimate = gw.estimate_call(prompt_tokens)
         try:
             admission.reserve(balance, estimate, spent=sum(c.credits for c in run.charges))
         except PaymentRequired:
@@ -137,7 +140,7 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
             return
         completion = await _call_provider(gw, CompletionRequest(
             messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
-        used_prompt, used_completion = _usage(gw, completion, messages, gw.tool_schema_tokens)
+        used_prompt, used_completion = _usage(gw, completion, partial(int, prompt_tokens))
         run.prompt_tokens += used_prompt
         run.completion_tokens += used_completion
         run.charges.append(charge_for(settings, "chat" if round_number == 0 else "tool_round",
@@ -155,12 +158,12 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
                                                      settings.tool_timeout_seconds), secrets)}
                    for call in completion.tool_calls]
         live_exchange += [call_message, *results]
+        live_tokens += sum(gw.counter.chat_message(m) for m in (call_message, *results))
         # What is stored and replayed never holds a saved password, not even in arguments.
         stored = [_redact_message(m, secrets) for m in (call_message, *results)]
         run.exchange += stored
         run.exchange_tokens += sum(gw.counter.chat_message(m) for m in stored)
-        while (prompt.prompt_tokens + gw.counter.messages(live_exchange) - REPLY_PRIMING
-               > settings.max_context):
+        while prompt.prompt_tokens + live_tokens > settings.max_context:
             if not prompt.drop_oldest():
                 run.text = ("I had to stop: the tool results no longer fit in my context "
                             "window. Ask again with a narrower request.")
@@ -350,7 +353,8 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         log.warning("summarization of %s returned nothing usable; will retry on a later turn",
                     pending.ref.session_key)
         return False
-    prompt_tokens, completion_tokens = _usage(gw, completion, list(request.messages))
+    prompt_tokens, completion_tokens = _usage(
+        gw, completion, lambda: gw.counter.messages(request.messages))
     charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
                         completion_tokens)
     applied = await gw.store.commit_summary(SummaryCommit(
