@@ -275,23 +275,17 @@ class Gateway:
 
     async def clear_thread(self, ref: ThreadRef) -> None:
         """Empty the summary and messages; pinned keys and the display transcript stay."""
-        lease = await self.locks.acquire(ref.session_key)
-        try:
+        async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
             await self.store.clear_thread(ref.session_key)
             await self.archive_session(ref.session_key, "cleared")
-        finally:
-            lease.release()
 
     async def delete_thread(self, ref: ThreadRef) -> None:
         """Remove the conversation, its display transcript and its pinned keys."""
-        lease = await self.locks.acquire(ref.session_key)
-        try:
+        async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
             await self.store.delete_thread(ref.session_key)
             await self.archive_session(ref.session_key, "deleted")
-        finally:
-            lease.release()
 
     # --- channels --------------------------------------------------------------------------
     def receive(self, message: InboundMessage) -> None:
@@ -311,45 +305,39 @@ class Gateway:
         The caller holds the thread's turn lock. Rotation never touches SQLite memory.
         """
         rotation = self.sessions.archive(session_key, reason)
+        await self._tell_rotated(rotation)
+        return rotation
+
+    async def _tell_rotated(self, rotation: Rotation | None) -> None:
         if rotation is not None:
             await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
                                     rotation=rotation)
-        return rotation
 
     async def check_session(self, session_key: str) -> tuple[Rotation | None, bool]:
         """Before an agent call: rotate if due (observers told); return the rotation and
         whether an active session file remains."""
         rotation, active = self.sessions.check(session_key)
-        if rotation is not None:
-            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
-                                    rotation=rotation)
+        await self._tell_rotated(rotation)
         return rotation, active
 
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
         """SPEC §5: rotate the thread's session if idle or too large; True if it rotated."""
         ref = await self.resolve_thread(user_id, thread_id)
-        lease = await self.locks.acquire(ref.session_key)
-        try:
+        async with self.locks.hold(ref.session_key):
             rotation, _ = await self.check_session(ref.session_key)
             return rotation is not None
-        finally:
-            lease.release()
 
     async def purge_thread(self, session_key: str, last_update: str) -> tuple[bool, int]:
         """Delete an expired thread and all its session files, unless it was updated after
         ``last_update``; return (deleted, files removed)."""
-        lease = await self.locks.acquire(session_key)
-        try:
+        async with self.locks.hold(session_key):
             thread = await self.store.get_thread(session_key)
             if thread is None or thread.updated_at > last_update:
                 return False, 0
             await self.store.delete_thread(session_key)
             files = self.sessions.delete_all(session_key)
-            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
-                                    rotation=Rotation(session_key, "purged", None))
+            await self._tell_rotated(Rotation(session_key, "purged", None))
             return True, files
-        finally:
-            lease.release()
 
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,

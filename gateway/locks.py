@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 
@@ -43,6 +45,15 @@ class KeyedLocks:
             self._forget(key, entry)
             raise
         return Lease(self, key)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold the key's lock for the block."""
+        lease = await self.acquire(key)
+        try:
+            yield
+        finally:
+            lease.release()
 
     def _release(self, key: str) -> None:
         entry = self._entries[key]
