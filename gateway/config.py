@@ -167,6 +167,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("port", "server", "port", "CLOUDYBOT_PORT", 8080, _port, "listen port"),
     Option("max_request_bytes", "server", "max_request_bytes", "CLOUDYBOT_MAX_REQUEST_BYTES",
            1_048_576, _positive_int, "largest accepted request body (413 above)"),
+    Option("body_timeout_seconds", "server", "body_timeout_seconds",
+           "CLOUDYBOT_BODY_TIMEOUT_SECONDS", 15.0, _positive_float,
+           "a request body that has not fully arrived after this long is cut (408)"),
+    Option("shutdown_grace_seconds", "server", "shutdown_grace_seconds",
+           "CLOUDYBOT_SHUTDOWN_GRACE_SECONDS", 25.0, _count_float,
+           "on SIGTERM, finish work for at most this long; the rest waits for the next start"),
     Option("max_context", "memory", "max_context", "MAX_CONTEXT", 8000, _positive_int,
            "token budget of the whole prompt"),
     Option("summarize_at", "memory", "summarize_at", "SUMMARIZE_AT", 10, _positive_int,
@@ -225,6 +231,9 @@ OPTIONS: tuple[Option, ...] = (
            "", _text, "signing secret that verifies POST /slack/events"),
     Option("slack_api_base", "slack", "api_base", "CLOUDYBOT_SLACK_API_BASE",
            "https://slack.com/api/", _name, "Web API base URL, ending in / (AsyncWebClient)"),
+    Option("delivery_retry_hours", "channels", "delivery_retry_hours",
+           "CLOUDYBOT_DELIVERY_RETRY_HOURS", 24.0, _positive_float,
+           "a reply the platform refuses for a passing reason is retried for this long"),
     Option("purge_interval_minutes", "accounts", "purge_interval_minutes",
            "CLOUDYBOT_PURGE_INTERVAL_MINUTES", 60.0, _count_float,
            "serve purges expired threads this often (0: only `cloudybot purge`)"),
@@ -244,6 +253,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     max_request_bytes: int = 1_048_576
+    body_timeout_seconds: float = 15.0
+    shutdown_grace_seconds: float = 25.0
     max_context: int = 8000
     summarize_at: int = 10
     keep_recent: int = 5
@@ -270,6 +281,7 @@ class Settings:
     slack_bot_token: str = ""
     slack_signing_secret: str = ""
     slack_api_base: str = "https://slack.com/api/"
+    delivery_retry_hours: float = 24.0
     purge_interval_minutes: float = 60.0
     auto_provision: bool = True
     default_plan: str = "free"
