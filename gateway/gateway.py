@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import agent, hooks, retention, validation
-from .billing import CreditGuard, RateLimiter, period_of
+from .billing import CreditGuard, RateLimiter, period_of, worst_case
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Provider
 from .locks import KeyedLocks, Lease
+from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
 from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
 from .sessions import Rotation, SessionStore
@@ -55,6 +55,8 @@ class Gateway:
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
+        self.outbox = Outbox(self)
+        self._started = False
         self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
         self.accepting = False
@@ -114,10 +116,16 @@ class Gateway:
         try:
             self._provider = self._providers[wanted]
             await self._provider.start()
+            # What a previous run left: its replies first, then its unanswered messages,
+            # queued before any new message can arrive, so arrival order holds.
+            await self.outbox.recover()
+            await self.inbox.recover()
             self.accepting = True
             for channel in self.channels.values():
                 if channel.enabled:
                     await channel.start()
+            self.outbox.open()
+            self._started = True
             if self.settings.purge_interval_minutes > 0:
                 self._purger = asyncio.get_running_loop().create_task(
                     retention.purge_periodically(self, self.settings.purge_interval_minutes * 60))
@@ -126,8 +134,10 @@ class Gateway:
             raise
 
     async def stop(self) -> None:
-        """Stop taking messages, finish the work already taken (turns, summaries, replies),
-        then close the channels, the provider and the store. Nothing accepted is lost."""
+        """Stop taking messages, finish the work already taken (turns, summaries, replies)
+        for at most ``CLOUDYBOT_SHUTDOWN_GRACE_SECONDS``, then close the channels, the
+        provider and the store. What is unfinished stays in the inbox and outbox for the next
+        start: a cancelled turn was not committed, so it runs again then."""
         if self._purger is not None:
             self._purger.cancel()
             await asyncio.gather(self._purger, return_exceptions=True)
@@ -138,7 +148,15 @@ class Gateway:
                 await channel.stop()
             except Exception:
                 log.exception("channel %r failed to stop", channel.name)
-        await self.drain()
+        grace = self.settings.shutdown_grace_seconds if self._started else 0.0
+        self._started = False
+        try:
+            await asyncio.wait_for(self.drain(), grace)
+        except TimeoutError:
+            left = self.inbox.queues.queued() + self.outbox.queues.queued()
+            log.warning("shutdown: the %g s grace period is over; %d message(s) and reply(ies) "
+                        "wait in the inbox and outbox for the next start", grace, left)
+            await self._cancel_background()
         for channel in self.channels.values():
             try:
                 await channel.close()
@@ -170,9 +188,17 @@ class Gateway:
         return task
 
     async def drain(self) -> None:
-        """Wait until all background work (summarizations) has finished."""
+        """Wait until all background work (turns of channel messages, deliveries,
+        summarizations) has finished."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _cancel_background(self) -> None:
+        while self._background:
+            tasks = list(self._background)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- accounts -------------------------------------------------------------------------
     async def authenticate(self, token: str) -> User:
@@ -222,13 +248,12 @@ class Gateway:
         return await self.store.roll_period(user.user_id, user.period, period, plan.credits,
                                             plan.browser_minutes)
 
-    def estimate_call(self, prompt_tokens: int) -> int:
-        """Worst-case credits of one provider call: the prompt plus a full reply at the highest
-        configured prices (whatever model the provider reports, no price is higher)."""
-        prices = self.settings.prices.values()
-        worst = (prompt_tokens * max(p.prompt for p in prices)
-                 + self.settings.llm_max_tokens * max(p.completion for p in prices)) / 1000
-        return max(1, math.ceil(worst))
+    def estimate_call(self, prompt_tokens: int, max_tokens: int | None = None) -> int:
+        """Worst-case credits of one provider call whose prompt counts ``prompt_tokens``: the
+        most usage billed for it (SPEC §11 bounds; ``max_tokens`` defaults to the configured
+        one) at the configured model's price. A call never settles for more."""
+        return worst_case(self.settings, prompt_tokens,
+                          self.settings.llm_max_tokens if max_tokens is None else max_tokens)
 
     async def issue_token(self, user_id: str) -> str:
         """A new API token for the account; earlier tokens stop working."""
@@ -288,15 +313,17 @@ class Gateway:
             await self.archive_session(ref.session_key, "deleted")
 
     # --- channels --------------------------------------------------------------------------
-    def receive(self, message: InboundMessage) -> None:
-        """Accept a channel message: handled in the background, in order per conversation.
+    async def receive(self, message: InboundMessage) -> bool:
+        """Take a channel message: commit it to the durable inbox, then handle it in the
+        background, in order per conversation. Returns once the message is durable (False
+        for a redelivery of one already taken): acknowledge the platform only then.
 
         Raises :class:`Unavailable` (503) once the gateway is stopping, so that a webhook tells
         its platform to deliver the message again later rather than losing it.
         """
         if not self.accepting:
             raise Unavailable("the gateway is shutting down; deliver this again later")
-        self.inbox.receive(message)
+        return await self.inbox.receive(message)
 
     # --- sessions ----------------------------------------------------------------------------
     async def archive_session(self, session_key: str, reason: str) -> Rotation | None:

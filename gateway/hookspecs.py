@@ -17,9 +17,9 @@ import pluggy
 
 if TYPE_CHECKING:
     from .gateway import Gateway
-    from .inbound import InboundMessage
     from .interfaces import Channel, PromptSection, Provider, TurnContext
     from .sessions import Rotation
+    from .store import Delivery
     from .tools import Tool
 
 PROJECT = "cloudybot"
@@ -101,10 +101,12 @@ def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
 
 
 @hookspec
-def reply_sent(gateway: Gateway, message: InboundMessage, text: str) -> None:
-    """Observe a reply delivered to a channel (after every chunk arrived).
+def reply_sent(gateway: Gateway, message: Delivery, text: str) -> None:
+    """Observe a reply delivered to a channel (after every chunk arrived), also one delivered
+    after a restart.
 
     :param gateway: the running gateway.
-    :param message: the channel message that was answered.
+    :param message: the delivery: ``channel``, ``message_id`` and ``conversation`` of the
+        channel message it answers, its ``address``, ``attempts`` and ``text``.
     :param text: the whole reply (a command's answer, the agent's reply or an apology).
     """

@@ -1,29 +1,32 @@
-"""The channel kit: what every channel shares between "a message arrived" and "reply delivered".
+"""The channel kit: what every channel shares between "a message arrived" and "reply stored".
 
-A channel turns a platform event into an :class:`InboundMessage` and calls
-``gateway.receive(message)``, which returns at once (webhooks answer fast). Then, per
+A channel turns a platform event into an :class:`InboundMessage` and awaits
+``gateway.receive(message)``, which commits it to the durable inbox (or recognises a
+redelivery) and returns: only then does the channel acknowledge its platform. Then, per
 conversation and in arrival order:
 
-1. a message already answered (same channel and id, also before a restart) is dropped;
-2. the sender is mapped to an account (created on the default plan when auto-provisioning);
-3. a command (``/new``, ``/remember`` ...) runs, or the message becomes a chat turn;
-4. the reply is delivered with retries and backoff — delivery never re-runs the agent.
+1. the sender is mapped to an account (created on the default plan when auto-provisioning);
+2. a command (``/new``, ``/remember`` ...) runs, or the message becomes a chat turn;
+3. the answer is committed to the outbox in the same transaction that marks the message
+   answered, and :mod:`gateway.outbox` delivers it — delivery never re-runs the agent.
 
-A turn marks its message as answered in the same transaction that stores it.
+After a crash, the next start answers every message the inbox holds unanswered, in arrival
+order, before taking new ones. A command is run again if the crash fell between the command
+and its answer's commit (every command is safe to repeat).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import hooks, validation
+from . import validation
 from .billing import RateLimiter, period_of
 from .commands import run_command
 from .errors import (
@@ -34,17 +37,27 @@ from .errors import (
     ProviderError,
     RateLimited,
 )
-from .store import ThreadRef, User
+from .interfaces import Channel, DeliveryFailed, DeliveryRetry
+from .outbox import split_text
+from .queues import ConversationQueues
+from .store import Delivery, InboxEntry, ThreadRef, User
 
 if TYPE_CHECKING:
     from .gateway import Gateway
 
+__all__ = [
+    "Command",
+    "DeliveryFailed",
+    "DeliveryRetry",
+    "InboundMessage",
+    "Inbox",
+    "split_text",
+]
+
 log = logging.getLogger(__name__)
 
-DELIVERY_ATTEMPTS = 5
-DELIVERY_BACKOFF_SECONDS = 1.0
-MAX_DELIVERY_WAIT_SECONDS = 60.0
 TYPING_INTERVAL_SECONDS = 4.0
+SEALED_AS = "inbox"  # the associated data of sealed inbox payloads
 
 NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts only. "
                    "Ask its operator to create an account for you.")
@@ -75,9 +88,9 @@ class InboundMessage:
     :param sender: the sender's account id (``telegram:777``).
     :param message_id: unique within the channel; a redelivery carries the same id.
     :param text: what the sender wrote (empty for a command without argument).
-    :param reply: delivers one reply chunk back to where the message came from; raise
-        :class:`DeliveryRetry` for rate limits, :class:`DeliveryFailed` when retrying is futile.
-    :param typing: optional; shows "typing…" while the agent works.
+    :param address: where the reply goes, as JSON-serialisable data; the gateway hands it
+        back to ``channel.send(address, text)`` and ``channel.typing(address)``, also after
+        a restart.
     :param command: set when the message is a command rather than a chat turn.
     :param notice: set to answer with this text instead of a turn (an unsupported message).
     :param only_known: handle it only if the conversation already exists (a thread reply
@@ -90,82 +103,17 @@ class InboundMessage:
     sender: str
     message_id: str
     text: str
-    reply: Callable[[str], Awaitable[None]]
-    typing: Callable[[], Awaitable[None]] | None = None
+    address: Mapping[str, Any] = field(default_factory=dict)
     command: Command | None = None
     notice: str | None = None
     only_known: bool = False
     max_chars: int = 4000
 
 
-class DeliveryRetry(Exception):
-    """The platform asked us to wait ``after`` seconds before sending again."""
-
-    def __init__(self, after: float) -> None:
-        super().__init__(f"retry after {after:g} s")
-        self.after = after
-
-
-class DeliveryFailed(Exception):
-    """Delivery cannot succeed (the bot was blocked, the chat is gone): do not retry."""
-
-
-class ConversationQueues:
-    """One FIFO worker per conversation: messages of a conversation are handled one at a time,
-    in arrival order; different conversations run in parallel. Nothing is dropped."""
-
-    def __init__(self, handle: Callable[[InboundMessage], Awaitable[None]],
-                 spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
-        self._handle = handle
-        self._spawn = spawn
-        self._queues: dict[str, deque[InboundMessage]] = {}
-
-    def submit(self, message: InboundMessage) -> None:
-        """Queue the message; starts the conversation's worker if it is idle. Never blocks."""
-        queue = self._queues.get(message.conversation)
-        if queue is None:
-            queue = self._queues[message.conversation] = deque()
-            self._spawn(self._work(message.conversation, queue))
-        queue.append(message)
-
-    async def _work(self, key: str, queue: deque[InboundMessage]) -> None:
-        try:
-            while queue:
-                message = queue.popleft()
-                try:
-                    await self._handle(message)
-                except Exception:
-                    log.exception("handling %s message %s failed", message.channel,
-                                  message.message_id)
-        finally:
-            del self._queues[key]
-
-    def pending(self) -> int:
-        """Conversations with queued or running work."""
-        return len(self._queues)
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """Split ``text`` into chunks of at most ``limit`` characters, at paragraph, line or word
-    boundaries when possible."""
-    chunks: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        if cut < limit // 2:
-            cut = limit
-        chunks.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    if rest or not chunks:
-        chunks.append(rest)
-    return chunks
-
-
 @asynccontextmanager
-async def typing_indicator(message: InboundMessage) -> AsyncIterator[None]:
-    """Show "typing…" every few seconds while the body runs (best effort)."""
-    if message.typing is None:
+async def typing_indicator(show: Callable[[], Awaitable[None]] | None) -> AsyncIterator[None]:
+    """Call ``show`` every few seconds while the body runs (best effort)."""
+    if show is None:
         yield
         return
 
@@ -177,7 +125,7 @@ async def typing_indicator(message: InboundMessage) -> AsyncIterator[None]:
                 log.debug("typing action failed: %s", exc)
             await asyncio.sleep(TYPING_INTERVAL_SECONDS)
 
-    task = asyncio.get_running_loop().create_task(keep_typing(message.typing))
+    task = asyncio.get_running_loop().create_task(keep_typing(show))
     try:
         yield
     finally:
@@ -186,18 +134,80 @@ async def typing_indicator(message: InboundMessage) -> AsyncIterator[None]:
 
 
 class Inbox:
-    """Receives channel messages for a gateway and sees each through to a delivered reply."""
+    """Takes channel messages durably and sees each through to a stored answer."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.queues = ConversationQueues(self._handle, gateway.spawn)
-        self.backoff_seconds = DELIVERY_BACKOFF_SECONDS
+        self.queues: ConversationQueues[InboundMessage] = ConversationQueues(
+            self._handle, gateway.spawn, key=lambda m: m.conversation, what="inbound message")
         # How a message over its plan's rate waits; tests swap in one that moves their clock.
         self.wait_for_rate: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-    def receive(self, message: InboundMessage) -> None:
-        """Accept a message; it is handled in the background, in order per conversation."""
+    # --- intake -------------------------------------------------------------------------
+    async def receive(self, message: InboundMessage) -> bool:
+        """Commit the message to the inbox and queue it; False for a redelivery (nothing
+        done). Once this returns, the message survives a crash."""
+        if await self.gateway.store.inbox_add(self._entry(message)) is None:
+            log.info("%s message %s arrived again; already taken", message.channel,
+                     message.message_id)
+            return False
         self.queues.submit(message)
+        return True
+
+    async def recover(self) -> int:
+        """Queue every message a previous run took but did not answer, in arrival order;
+        return how many."""
+        pending = await self.gateway.store.inbox_pending()
+        for entry in pending:
+            message = self._restore(entry)
+            if message is None:
+                log.error("%s message %s in the inbox cannot be read (was the secret key "
+                          "changed?); dropped", entry.channel, entry.message_id)
+                await self.gateway.store.drop_inbox(entry.channel, entry.message_id)
+                continue
+            self.queues.submit(message)
+        if pending:
+            log.info("inbox: %d message(s) from before the restart to answer", len(pending))
+        return len(pending)
+
+    def _entry(self, message: InboundMessage) -> InboxEntry:
+        return InboxEntry(message.channel, message.message_id, message.conversation,
+                          json.dumps(dict(message.address)), message.max_chars,
+                          self._seal(message))
+
+    def _seal(self, message: InboundMessage) -> bytes:
+        """The message's words and options, encrypted: they are not redacted yet."""
+        command = message.command
+        payload = {"sender": message.sender, "text": message.text,
+                   "command": [command.name, command.argument] if command else None,
+                   "notice": message.notice, "only_known": message.only_known}
+        return self.gateway.secret_box.seal({"message": json.dumps(payload)}, SEALED_AS)
+
+    def _restore(self, entry: InboxEntry) -> InboundMessage | None:
+        document = self.gateway.secret_box.open(entry.payload or b"", SEALED_AS)
+        if document is None:
+            return None
+        payload = json.loads(document["message"])
+        command = payload["command"]
+        return InboundMessage(
+            channel=entry.channel, conversation=entry.conversation, sender=payload["sender"],
+            message_id=entry.message_id, text=payload["text"],
+            address=json.loads(entry.address),
+            command=Command(command[0], command[1]) if command else None,
+            notice=payload["notice"], only_known=payload["only_known"],
+            max_chars=entry.max_chars)
+
+    # --- answering ------------------------------------------------------------------------
+    async def _handle(self, message: InboundMessage) -> None:
+        text = await self._answer(message)
+        if text is not None:
+            gw = self.gateway
+            now = gw.clock()
+            gw.outbox.submit(Delivery(
+                id=0, channel=message.channel, message_id=message.message_id,
+                conversation=message.conversation, address=json.dumps(dict(message.address)),
+                text=text, max_chars=message.max_chars, state="pending", chunks_sent=0,
+                attempts=0, next_attempt=now, created=now, last_error=None))
 
     async def _account(self, sender: str) -> User | None:
         gw = self.gateway
@@ -211,49 +221,71 @@ class Inbox:
             log.info("created account %s on plan %s", sender, plan.name)
         return user
 
-    async def _handle(self, message: InboundMessage) -> None:
-        text = await self.answer_now(message)
-        if text is not None:
-            await self.deliver(message, text)
+    async def _reply(self, message: InboundMessage, text: str) -> str | None:
+        """Store ``text`` as the message's answer (outbox and inbox in one commit)."""
+        answered = await self.gateway.store.answer_inbox(message.channel, message.message_id,
+                                                         text)
+        return text if answered else None
 
-    async def answer_now(self, message: InboundMessage) -> str | None:
-        """Handle the message here and now and return the answer to deliver, or None when
-        there is nothing to say (already answered, or a thread we are not in). Channels call
-        it directly only for commands answered inline (Slack's slash-command ack)."""
+    async def answer_inline(self, message: InboundMessage) -> str | None:
+        """Run a command here and now and return its answer (None for a redelivery): for
+        platforms that take the answer in their acknowledgement (Slack's slash commands). Its
+        id is recorded as answered first: a command runs at most once."""
+        if await self.gateway.store.inbox_add(self._entry(message), answered=True) is None:
+            return None
+        found = await self._identify(message)
+        if isinstance(found, str):
+            return found
+        if message.command is None:
+            raise ValueError("answer_inline runs commands only")
+        return await run_command(self.gateway, message.command, *found)
+
+    async def _identify(self, message: InboundMessage) -> tuple[User, ThreadRef] | str:
+        """The sender's account and the conversation's thread (owned by whoever started it),
+        or the refusal to send when the sender cannot be served."""
         gw = self.gateway
-        if await gw.store.inbound_seen(message.channel, message.message_id):
-            log.info("%s message %s was already answered; dropped", message.channel,
-                     message.message_id)
-            return None
-        thread = await gw.store.get_thread(message.conversation)
-        if thread is None and message.only_known:
-            return None
         try:
             user = await self._account(message.sender)
         except BadRequest:
             log.warning("%s sender id %r is not a valid account id; refused", message.channel,
                         message.sender)
-            await gw.store.mark_inbound(message.channel, message.message_id)
             return BAD_SENDER
         if user is None:
-            await gw.store.mark_inbound(message.channel, message.message_id)
             return NOT_PROVISIONED
+        thread = await gw.store.get_thread(message.conversation)
         owner = thread.ref.user_id if thread is not None else user.user_id
-        ref = ThreadRef(owner, message.conversation, message.conversation, message.channel)
+        return user, ThreadRef(owner, message.conversation, message.conversation,
+                               message.channel)
+
+    async def _answer(self, message: InboundMessage) -> str | None:
+        """Answer the message and store the answer; None when there is nothing to send."""
+        gw = self.gateway
+        if message.only_known and await gw.store.get_thread(message.conversation) is None:
+            await gw.store.drop_inbox(message.channel, message.message_id)
+            return None
+        found = await self._identify(message)
+        if isinstance(found, str):
+            return await self._reply(message, found)
+        user, ref = found
         if message.notice is not None:
-            await gw.store.mark_inbound(message.channel, message.message_id)
-            return message.notice
+            return await self._reply(message, message.notice)
         if message.command is not None:
-            text = await run_command(gw, message.command, user, ref)
-            await gw.store.mark_inbound(message.channel, message.message_id)
-            return text
+            return await self._reply(message,
+                                     await run_command(gw, message.command, user, ref))
         return await self._chat(message, user, ref)
 
-    async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef) -> str:
+    async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef) -> str | None:
         gw = self.gateway
+        channel = gw.channels.get(message.channel)
+        show_typing = None
+        if channel is not None and type(channel).typing is not Channel.typing:
+            def show_typing() -> Awaitable[None]:
+                assert channel is not None
+                return channel.typing(message.address)
+
         for attempt in range(2):
             try:
-                async with typing_indicator(message):
+                async with typing_indicator(show_typing):
                     result = await gw.chat(user.user_id, ref, message.text,
                                            inbound=(message.channel, message.message_id))
                 return result.reply
@@ -275,42 +307,7 @@ class Inbox:
             except GatewayError as exc:
                 text = f"Sorry, I could not handle that: {exc.message}"
             except Exception:
-                # Not the user's fault and maybe passing (a locked database): apologise, and
-                # leave the message unmarked so that a redelivery is tried again.
                 log.exception("turn of %s failed", ref.session_key)
-                return SOMETHING_BROKE
+                text = SOMETHING_BROKE
             break
-        await gw.store.mark_inbound(message.channel, message.message_id)
-        return text
-
-    async def deliver(self, message: InboundMessage, text: str) -> bool:
-        """Send the reply in chunks of at most ``max_chars``, each retried with backoff.
-
-        A chunk that was delivered is never sent again. True if every chunk arrived.
-        """
-        for chunk in split_text(text, message.max_chars):
-            if not await self._deliver_chunk(message, chunk):
-                return False
-        await hooks.notify_each(self.gateway.pm.hook.reply_sent, gateway=self.gateway,
-                                message=message, text=text)
-        return True
-
-    async def _deliver_chunk(self, message: InboundMessage, chunk: str) -> bool:
-        for attempt in range(DELIVERY_ATTEMPTS):
-            try:
-                await message.reply(chunk)
-                return True
-            except DeliveryFailed as exc:
-                log.error("cannot deliver to %s: %s", message.conversation, exc)
-                return False
-            except DeliveryRetry as exc:
-                wait = exc.after
-            except Exception as exc:
-                wait = self.backoff_seconds * 2**attempt
-                log.warning("delivery to %s failed (%s: %s)", message.conversation,
-                            type(exc).__name__, exc)
-            if attempt + 1 < DELIVERY_ATTEMPTS:
-                await asyncio.sleep(min(wait, MAX_DELIVERY_WAIT_SECONDS))
-        log.error("gave up delivering a reply to %s after %d attempts", message.conversation,
-                  DELIVERY_ATTEMPTS)
-        return False
+        return await self._reply(message, text)

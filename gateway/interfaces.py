@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -87,11 +87,27 @@ class Provider(ABC):
         """Answer one chat request."""
 
 
+class DeliveryRetry(Exception):
+    """Raised by :meth:`Channel.send`: the platform asked us to wait ``after`` seconds."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__(f"retry after {after:g} s")
+        self.after = after
+
+
+class DeliveryFailed(Exception):
+    """Raised by :meth:`Channel.send` when delivery cannot succeed (the bot was blocked, the
+    chat is gone): it is recorded as failed with this reason and never retried."""
+
+
 class Channel:
     """A channel plugin: maps inbound messages to (user, thread, session key), delivers replies.
 
     ``name`` prefixes its session keys (``telegram:42``). ``routes()`` may add HTTP routes to the
-    gateway's server (webhooks); ``start``/``stop`` run with the gateway.
+    gateway's server (webhooks); ``start``/``stop`` run with the gateway. Inbound messages go to
+    ``await gateway.receive(message)``, which returns once the message is durable: acknowledge
+    the platform only after it returned. Replies come back through :meth:`send`, possibly
+    after a restart, so everything it needs is in the message's JSON ``address``.
     """
 
     name: str = ""
@@ -106,6 +122,18 @@ class Channel:
     def routes(self) -> list[web.RouteDef]:
         """HTTP routes this channel serves."""
         return []
+
+    async def send(self, address: Mapping[str, Any], text: str) -> None:
+        """Deliver one reply chunk (at most the message's ``max_chars``) to ``address``, the
+        ``InboundMessage.address`` of the message it answers.
+
+        Raise :class:`DeliveryRetry` when the platform asks to wait, :class:`DeliveryFailed`
+        when retrying is futile; any other exception is retried with backoff.
+        """
+        raise DeliveryFailed(f"channel {self.name!r} cannot send replies")
+
+    async def typing(self, address: Mapping[str, Any]) -> None:
+        """Show "typing…" at ``address`` while the agent works (best effort; optional)."""
 
     async def start(self) -> None:
         """Start listening (polling, sockets); called when the gateway starts. Starting a

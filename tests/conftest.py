@@ -15,6 +15,7 @@ from gateway.app import build_app
 from gateway.config import Settings, load_settings
 from gateway.plugins import PluginManager, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM
+from tests.fakes.loop import LoopChannel
 from tests.fakes.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
 from tests.fakes.slack import TOKEN as SLACK_TOKEN
 from tests.fakes.slack import FakeSlack
@@ -68,6 +69,15 @@ def make_settings(tmp_path: Path, fake_llm: FakeLLM) -> Callable[..., Settings]:
 def pm() -> PluginManager:
     """A fresh plugin manager with the installed plugins; tests may register more."""
     return make_plugin_manager()
+
+
+@pytest.fixture
+def loop(pm: PluginManager) -> LoopChannel:
+    """The in-test ``loop`` channel, registered on ``pm``: start the gateway after asking for
+    it (``start_gateway()`` in the test body)."""
+    channel = LoopChannel()
+    pm.register(channel, name="loop-channel")
+    return channel
 
 
 @dataclasses.dataclass

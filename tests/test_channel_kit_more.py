@@ -1,51 +1,35 @@
 """More of the channel kit: failures that must not block a conversation, summarization, and
 what a gateway stop does to queued work.
 
-A minimal in-test channel (``loop``) hands InboundMessages to a real gateway on the fake LLM.
-Waits are bounded polls.
+The in-test ``loop`` channel (tests/fakes/loop.py) hands InboundMessages to a real gateway on
+the fake LLM. Waits are bounded polls.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+
+import pytest
 
 from gateway import hookimpl
 from gateway.inbound import (
     NOT_PROVISIONED,
     PROVIDER_APOLOGY,
     DeliveryRetry,
-    InboundMessage,
 )
 from gateway.plugins import PluginManager
+from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
+from tests.fakes.loop import LoopChannel
 from tests.helpers import until
 
 
-class Loop:
-    """A test channel: replies are recorded per conversation; ``failures`` fail deliveries."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, str]] = []  # (conversation, message id, text)
-        self.failures: dict[str, list[Exception]] = {}
-        self.attempts: dict[str, int] = {}
-
-    def message(self, message_id: str, text: str, conversation: str = "loop:c1",
-                sender: str = "loop:ada", **extra: Any) -> InboundMessage:
-        async def reply(chunk: str) -> None:
-            self.attempts[message_id] = self.attempts.get(message_id, 0) + 1
-            pending = self.failures.get(message_id)
-            if pending:
-                raise pending.pop(0)
-            self.sent.append((conversation, message_id, chunk))
-
-        return InboundMessage(channel="loop", conversation=conversation, sender=sender,
-                              message_id=message_id, text=text, reply=reply, **extra)
-
-    def texts(self, conversation: str | None = None) -> list[str]:
-        return [text for conv, _, text in self.sent if conversation in (None, conv)]
+@pytest.fixture
+async def harness(loop: LoopChannel, start_gateway: Callable[..., Awaitable[Harness]]
+                  ) -> Harness:
+    """A gateway with the ``loop`` channel."""
+    return await start_gateway()
 
 
 def last_user_text(request: Recorded) -> str:
@@ -53,12 +37,12 @@ def last_user_text(request: Recorded) -> str:
 
 
 async def test_a_provider_failure_does_not_block_the_next_message(
-        start_gateway: Callable[..., Awaitable[Harness]], fake_llm: FakeLLM) -> None:
+        loop: LoopChannel, start_gateway: Callable[..., Awaitable[Harness]],
+        fake_llm: FakeLLM) -> None:
     harness = await start_gateway(llm_max_retries=0)
-    loop = Loop()
     fake_llm.script = [Scripted(status=500, body={"error": {"message": "boom"}})]
-    harness.gateway.receive(loop.message("m1", "first"))
-    harness.gateway.receive(loop.message("m2", "second"))
+    await harness.gateway.receive(loop.message("m1", "first"))
+    await harness.gateway.receive(loop.message("m2", "second"))
     await until(lambda: len(loop.sent) == 2)
     await harness.gateway.drain()
     assert loop.texts() == [PROVIDER_APOLOGY, "echo: second"]
@@ -69,9 +53,9 @@ async def test_a_provider_failure_does_not_block_the_next_message(
 
 
 async def test_a_message_during_summarization_waits_and_sees_the_summary(
-        start_gateway: Callable[..., Awaitable[Harness]], fake_llm: FakeLLM) -> None:
+        loop: LoopChannel, start_gateway: Callable[..., Awaitable[Harness]],
+        fake_llm: FakeLLM) -> None:
     harness = await start_gateway(summarize_at=4, keep_recent=2)
-    loop = Loop()
 
     def slow_summary(request: Recorded) -> Scripted:
         if request.is_summary:
@@ -79,11 +63,12 @@ async def test_a_message_during_summarization_waits_and_sees_the_summary(
         return Scripted(body=completion(f"echo: {last_user_text(request)}"))
 
     fake_llm.responder = slow_summary
-    harness.gateway.receive(loop.message("m1", "one"))
-    harness.gateway.receive(loop.message("m2", "two"))  # the 4th stored message: summarize
+    await harness.gateway.receive(loop.message("m1", "one"))
+    # the 4th stored message: summarize
+    await harness.gateway.receive(loop.message("m2", "two"))
     await until(lambda: len(fake_llm.summary_requests) == 1)
     assert loop.texts() == ["echo: one", "echo: two"]  # answered before the summary is done
-    harness.gateway.receive(loop.message("m3", "three"))  # arrives while it runs
+    await harness.gateway.receive(loop.message("m3", "three"))  # arrives while it runs
     await until(lambda: len(loop.sent) == 3)
     await harness.gateway.drain()
     kinds = ["summary" if r.is_summary else last_user_text(r) for r in fake_llm.requests]
@@ -96,8 +81,7 @@ async def test_a_message_during_summarization_waits_and_sees_the_summary(
 
 
 async def test_gateway_stop_finishes_queued_work_of_every_conversation(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    loop = Loop()
+        loop: LoopChannel, harness: Harness, fake_llm: FakeLLM) -> None:
 
     def slow_first(request: Recorded) -> Scripted:
         text = last_user_text(request)
@@ -105,8 +89,9 @@ async def test_gateway_stop_finishes_queued_work_of_every_conversation(
 
     fake_llm.responder = slow_first
     for message_id in ("a1", "a2", "a3"):
-        harness.gateway.receive(loop.message(message_id, message_id, conversation="loop:a"))
-    harness.gateway.receive(loop.message("b1", "b1", conversation="loop:b"))
+        await harness.gateway.receive(loop.message(message_id, message_id,
+                                                   conversation="loop:a"))
+    await harness.gateway.receive(loop.message("b1", "b1", conversation="loop:b"))
     await until(lambda: any(last_user_text(r) == "a1" for r in fake_llm.requests))
     await harness.client.close()  # Gateway.stop() while a1 runs and a2, a3 wait
     assert loop.texts("loop:a") == ["echo: a1", "echo: a2", "echo: a3"]
@@ -115,14 +100,13 @@ async def test_gateway_stop_finishes_queued_work_of_every_conversation(
 
 
 async def test_delivery_backoff_in_one_conversation_does_not_hold_up_another(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    loop = Loop()
-    harness.gateway.inbox.backoff_seconds = 0.01
+        loop: LoopChannel, harness: Harness, fake_llm: FakeLLM) -> None:
+    harness.gateway.outbox.backoff_seconds = 0.01
     loop.failures["slow-1"] = [DeliveryRetry(1.0), DeliveryRetry(1.0)]  # 2 s of waiting
-    harness.gateway.receive(loop.message("slow-1", "first", conversation="loop:a"))
-    harness.gateway.receive(loop.message("slow-2", "second", conversation="loop:a"))
+    await harness.gateway.receive(loop.message("slow-1", "first", conversation="loop:a"))
+    await harness.gateway.receive(loop.message("slow-2", "second", conversation="loop:a"))
     await until(lambda: loop.attempts.get("slow-1", 0) == 1)
-    harness.gateway.receive(loop.message("other", "elsewhere", conversation="loop:b"))
+    await harness.gateway.receive(loop.message("other", "elsewhere", conversation="loop:b"))
     await until(lambda: loop.texts("loop:b") == ["echo: elsewhere"])
     assert loop.texts("loop:a") == []  # still waiting out the retry-after
     await until(lambda: len(loop.texts("loop:a")) == 2)
@@ -132,41 +116,41 @@ async def test_delivery_backoff_in_one_conversation_does_not_hold_up_another(
 
 
 async def test_redelivery_during_delivery_retries_is_answered_once(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    loop = Loop()
-    harness.gateway.inbox.backoff_seconds = 0.05
+        loop: LoopChannel, harness: Harness, fake_llm: FakeLLM) -> None:
+    harness.gateway.outbox.backoff_seconds = 0.05
     loop.failures["m1"] = [ConnectionResetError("reset"), ConnectionResetError("reset")]
-    harness.gateway.receive(loop.message("m1", "hello"))
+    await harness.gateway.receive(loop.message("m1", "hello"))
     await until(lambda: loop.attempts.get("m1", 0) == 1)
-    harness.gateway.receive(loop.message("m1", "hello"))  # the platform redelivers meanwhile
+    # the platform redelivers meanwhile
+    await harness.gateway.receive(loop.message("m1", "hello"))
     await harness.gateway.drain()
     assert loop.texts() == ["echo: hello"]
     assert len(fake_llm.chat_requests) == 1
 
 
 async def test_a_too_long_message_is_refused_and_the_next_is_answered(
-        start_gateway: Callable[..., Awaitable[Harness]], fake_llm: FakeLLM) -> None:
+        loop: LoopChannel, start_gateway: Callable[..., Awaitable[Harness]],
+        fake_llm: FakeLLM) -> None:
     harness = await start_gateway(max_message_chars=50)
-    loop = Loop()
-    harness.gateway.receive(loop.message("m1", "x" * 51))
-    harness.gateway.receive(loop.message("m2", "short"))
+    await harness.gateway.receive(loop.message("m1", "x" * 51))
+    await harness.gateway.receive(loop.message("m2", "short"))
     await until(lambda: len(loop.sent) == 2)
     await harness.gateway.drain()
     assert loop.texts()[0].startswith("Sorry")
     assert loop.texts()[1] == "echo: short"
     assert [last_user_text(r) for r in fake_llm.requests] == ["short"]
     # the refused one is settled too: a redelivery is not answered again
-    harness.gateway.receive(loop.message("m1", "x" * 51))
+    await harness.gateway.receive(loop.message("m1", "x" * 51))
     await harness.gateway.drain()
     assert len(loop.sent) == 2
 
 
 async def test_unknown_sender_is_refused_once_without_auto_provisioning(
-        start_gateway: Callable[..., Awaitable[Harness]], fake_llm: FakeLLM) -> None:
+        loop: LoopChannel, start_gateway: Callable[..., Awaitable[Harness]],
+        fake_llm: FakeLLM) -> None:
     harness = await start_gateway(auto_provision=False)
-    loop = Loop()
     for _ in range(2):  # the second is a redelivery
-        harness.gateway.receive(loop.message("m1", "hi", sender="loop:stranger"))
+        await harness.gateway.receive(loop.message("m1", "hi", sender="loop:stranger"))
     await harness.gateway.drain()
     assert loop.texts() == [NOT_PROVISIONED]
     assert fake_llm.requests == []
@@ -174,41 +158,30 @@ async def test_unknown_sender_is_refused_once_without_auto_provisioning(
 
 
 async def test_a_failing_reply_sent_observer_does_not_stop_the_conversation(
-        pm: PluginManager, start_gateway: Callable[..., Awaitable[Harness]],
-        fake_llm: FakeLLM) -> None:
+        pm: PluginManager, loop: LoopChannel,
+        start_gateway: Callable[..., Awaitable[Harness]], fake_llm: FakeLLM) -> None:
     class Broken:
         @hookimpl
-        def reply_sent(self, message: InboundMessage, text: str) -> None:
+        def reply_sent(self, message: Delivery, text: str) -> None:
             raise RuntimeError("observer bug")
 
     pm.register(Broken(), name="broken-observer")
     harness = await start_gateway()
-    loop = Loop()
-    harness.gateway.receive(loop.message("m1", "one"))
-    harness.gateway.receive(loop.message("m2", "two"))
+    await harness.gateway.receive(loop.message("m1", "one"))
+    await harness.gateway.receive(loop.message("m2", "two"))
     await until(lambda: len(loop.sent) == 2)
     assert loop.texts() == ["echo: one", "echo: two"]
 
 
 async def test_long_reply_chunks_are_delivered_once_each_despite_a_failing_chunk(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    loop = Loop()
-    harness.gateway.inbox.backoff_seconds = 0.01
+        loop: LoopChannel, harness: Harness, fake_llm: FakeLLM) -> None:
+    harness.gateway.outbox.backoff_seconds = 0.01
     text = " ".join(f"w{i:03d}" for i in range(60))  # 299 characters
     fake_llm.script = [Scripted(body=completion(text))]
-    message = loop.message("m1", "long please", max_chars=100)
-    failed_once = False
-
-    async def flaky(chunk: str) -> None:
-        nonlocal failed_once
-        if len(loop.sent) == 1 and not failed_once:  # the second chunk fails once
-            failed_once = True
-            raise ConnectionResetError("reset")
-        await message.reply(chunk)
-
-    harness.gateway.receive(dataclasses.replace(message, reply=flaky))
+    loop.failures["m1"] = [None, ConnectionResetError("reset")]  # the second chunk fails once
+    await harness.gateway.receive(loop.message("m1", "long please", max_chars=100))
     await harness.gateway.drain()
     chunks = loop.texts()
     assert all(len(chunk) <= 100 for chunk in chunks)
     assert " ".join(chunks) == text
-    assert failed_once and len(fake_llm.chat_requests) == 1
+    assert loop.attempts["m1"] == len(chunks) + 1 and len(fake_llm.chat_requests) == 1

@@ -13,12 +13,13 @@ import pytest
 
 from gateway import PromptSection, TurnContext, hookimpl
 from gateway.config import Price
-from gateway.inbound import BAD_SENDER, InboundMessage
+from gateway.inbound import BAD_SENDER
 from gateway.plugins import PluginManager
 from gateway.retention import purge
 from gateway.sessions import Rotation
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
+from tests.fakes.loop import LoopChannel
 from tests.fakes.slack import SIGNING_SECRET, FakeSlack, sign, slash_command_body
 from tests.helpers import Clock, assert_json_error, until
 
@@ -136,18 +137,12 @@ async def test_tool_rounds_do_not_stack_their_own_worst_cases(
     assert (await response.json())["reply"] == "six"
 
 
-async def test_an_invalid_channel_sender_id_is_refused(harness: Harness,
-                                                       fake_llm: FakeLLM) -> None:
-    replies: list[str] = []
-
-    async def reply(text: str) -> None:
-        replies.append(text)
-
-    harness.gateway.receive(InboundMessage(
-        channel="loop", conversation="loop:c1", sender="loop:a--b", message_id="m1",
-        text="hi", reply=reply))
+async def test_an_invalid_channel_sender_id_is_refused(
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    await harness.gateway.receive(loop.message("m1", "hi", sender="loop:a--b"))
     await harness.gateway.drain()
-    assert replies == [BAD_SENDER]
+    assert loop.texts() == [BAD_SENDER]
     assert fake_llm.requests == []
     assert await harness.gateway.store.get_user("loop:a--b") is None
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
@@ -13,40 +11,15 @@ from gateway.inbound import (
     Command,
     DeliveryFailed,
     DeliveryRetry,
-    InboundMessage,
     split_text,
 )
 from gateway.plugins import PluginManager
+from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
+from tests.fakes.loop import LoopChannel
 
-
-class Outbox:
-    """Where a test channel's replies land; can be told to fail first."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-        self.failures: list[Exception] = []
-        self.arrived = asyncio.Event()
-
-    def message(self, message_id: str, text: str, conversation: str = "loop:c1",
-                **extra: Any) -> InboundMessage:
-        async def reply(chunk: str) -> None:
-            if self.failures:
-                raise self.failures.pop(0)
-            self.sent.append((message_id, chunk))
-            self.arrived.set()
-
-        return InboundMessage(channel="loop", conversation=conversation, sender="loop:ada",
-                              message_id=message_id, text=text, reply=reply, **extra)
-
-    async def wait_for(self, count: int) -> list[tuple[str, str]]:
-        async def enough() -> None:
-            while len(self.sent) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-        await asyncio.wait_for(enough(), 5)
-        return self.sent
+StartGateway = Callable[..., Awaitable[Harness]]
 
 
 class SentLog:
@@ -54,7 +27,7 @@ class SentLog:
         self.replies: list[tuple[str, str]] = []
 
     @hookimpl
-    def reply_sent(self, message: InboundMessage, text: str) -> None:
+    def reply_sent(self, message: Delivery, text: str) -> None:
         self.replies.append((message.message_id, text))
 
 
@@ -66,81 +39,85 @@ def sent_log(pm: PluginManager) -> SentLog:
 
 
 async def test_reply_sent_observes_each_delivered_reply(
-        sent_log: SentLog, start_gateway: Callable[..., Awaitable[Harness]]) -> None:
+        sent_log: SentLog, loop: LoopChannel, start_gateway: StartGateway) -> None:
     harness = await start_gateway()
-    outbox = Outbox()
-    harness.gateway.receive(outbox.message("m1", "hello"))
-    await outbox.wait_for(1)
+    await harness.gateway.receive(loop.message("m1", "hello"))
+    await loop.wait_for(1)
     await harness.gateway.drain()
     assert sent_log.replies == [("m1", "echo: hello")]
 
 
 async def test_messages_of_one_conversation_run_in_arrival_order(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    outbox = Outbox()
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
     for i in range(5):
-        harness.gateway.receive(outbox.message(f"m{i}", f"text {i}"))
-    sent = await outbox.wait_for(5)
+        await harness.gateway.receive(loop.message(f"m{i}", f"text {i}"))
+    sent = await loop.wait_for(5)
     assert [text for _, text in sent] == [f"echo: text {i}" for i in range(5)]
 
 
-async def test_a_redelivered_message_is_answered_once(harness: Harness,
-                                                      fake_llm: FakeLLM) -> None:
-    outbox = Outbox()
-    for _ in range(3):
-        harness.gateway.receive(outbox.message("same-id", "hello"))
+async def test_a_redelivered_message_is_answered_once(
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    taken = [await harness.gateway.receive(loop.message("same-id", "hello")) for _ in range(3)]
     await harness.gateway.drain()
-    assert outbox.sent == [("same-id", "echo: hello")]
+    assert taken == [True, False, False]
+    assert loop.replies() == [("same-id", "echo: hello")]
     assert len(fake_llm.chat_requests) == 1
 
 
 async def test_delivery_is_retried_and_never_reruns_the_agent(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    outbox = Outbox()
-    harness.gateway.inbox.backoff_seconds = 0.01
-    outbox.failures = [DeliveryRetry(0), ConnectionResetError("dropped")]
-    harness.gateway.receive(outbox.message("m1", "hello"))
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    harness.gateway.outbox.backoff_seconds = 0.01
+    loop.failures["m1"] = [DeliveryRetry(0), ConnectionResetError("dropped")]
+    await harness.gateway.receive(loop.message("m1", "hello"))
     await harness.gateway.drain()
-    assert outbox.sent == [("m1", "echo: hello")]
+    assert loop.replies() == [("m1", "echo: hello")]
+    assert loop.attempts["m1"] == 3
     assert len(fake_llm.chat_requests) == 1
+    assert await harness.gateway.store.deliveries() == []  # delivered: nothing left
 
 
-async def test_a_futile_delivery_is_given_up_at_once(
-        sent_log: SentLog, start_gateway: Callable[..., Awaitable[Harness]],
+async def test_a_futile_delivery_is_given_up_at_once_and_recorded(
+        sent_log: SentLog, loop: LoopChannel, start_gateway: StartGateway,
         fake_llm: FakeLLM) -> None:
     harness = await start_gateway()
-    outbox = Outbox()
-    outbox.failures = [DeliveryFailed("bot was blocked")]
-    harness.gateway.receive(outbox.message("m1", "hello"))
+    loop.failures["m1"] = [DeliveryFailed("bot was blocked")]
+    await harness.gateway.receive(loop.message("m1", "hello"))
     await harness.gateway.drain()
-    assert outbox.sent == []
+    assert loop.sent == []
     assert sent_log.replies == []
+    [failed] = await harness.gateway.store.deliveries()
+    assert (failed.state, failed.message_id, failed.attempts) == ("failed", "m1", 0)
+    assert failed.last_error == "DeliveryFailed: bot was blocked"
     # the turn itself is stored: a later redelivery is not answered again
-    harness.gateway.receive(outbox.message("m1", "hello"))
+    assert not await harness.gateway.receive(loop.message("m1", "hello"))
     await harness.gateway.drain()
     assert len(fake_llm.chat_requests) == 1
 
 
 async def test_only_known_messages_wait_for_an_existing_conversation(
-        harness: Harness, fake_llm: FakeLLM) -> None:
-    outbox = Outbox()
-    harness.gateway.receive(outbox.message("m1", "side remark", only_known=True))
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    await harness.gateway.receive(loop.message("m1", "side remark", only_known=True))
     await harness.gateway.drain()
-    assert outbox.sent == []
-    harness.gateway.receive(outbox.message("m2", "hello"))
-    harness.gateway.receive(outbox.message("m3", "follow-up", only_known=True))
+    assert loop.sent == []
+    await harness.gateway.receive(loop.message("m2", "hello"))
+    await harness.gateway.receive(loop.message("m3", "follow-up", only_known=True))
     await harness.gateway.drain()
-    assert [text for _, text in outbox.sent] == ["echo: hello", "echo: follow-up"]
+    assert loop.texts() == ["echo: hello", "echo: follow-up"]
+    assert await harness.gateway.store.inbox_pending() == []
 
 
-async def test_notice_and_commands_never_call_the_model(harness: Harness,
-                                                        fake_llm: FakeLLM) -> None:
-    outbox = Outbox()
-    harness.gateway.receive(outbox.message("m1", "", notice="text only, please"))
-    harness.gateway.receive(outbox.message("m2", "", command=Command("remember", "pet Rex")))
-    harness.gateway.receive(outbox.message("m3", "", command=Command("bogus")))
+async def test_notice_and_commands_never_call_the_model(
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    await harness.gateway.receive(loop.message("m1", "", notice="text only, please"))
+    await harness.gateway.receive(loop.message("m2", "", command=Command("remember", "pet Rex")))
+    await harness.gateway.receive(loop.message("m3", "", command=Command("bogus")))
     await harness.gateway.drain()
-    texts = [text for _, text in outbox.sent]
+    texts = loop.texts()
     assert texts[0] == "text only, please"
     assert texts[1] == "Pinned pet."
     assert texts[2].startswith("Unknown command 'bogus'")

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import ClientResponse
 
 from gateway.config import Plan
-from gateway.inbound import InboundMessage
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
+from tests.fakes.loop import LoopChannel
 from tests.helpers import Clock, assert_json_error
 from tests.test_billing import assert_ledger_matches_balances, with_plans
 
@@ -167,7 +167,8 @@ async def test_other_calls_do_not_count_against_the_limit(start_clocked: StartCl
 
 
 async def test_channel_message_over_the_limit_waits_for_room_then_is_answered(
-        start_clocked: StartClocked, fake_llm: FakeLLM, clock: Clock) -> None:
+        loop: LoopChannel, start_clocked: StartClocked, fake_llm: FakeLLM,
+        clock: Clock) -> None:
     harness = await start_clocked(default_plan="tiny")  # channel senders join on "tiny"
     waited: list[float] = []
 
@@ -176,29 +177,13 @@ async def test_channel_message_over_the_limit_waits_for_room_then_is_answered(
         clock.advance(seconds)
 
     harness.gateway.inbox.wait_for_rate = wait_on_the_clock
-    replies: list[str] = []
-    arrived = asyncio.Event()
-
-    async def reply(text: str) -> None:
-        replies.append(text)
-        arrived.set()
-
-    def message(number: int) -> InboundMessage:
-        return InboundMessage(channel="loop", conversation="loop:c1", sender="loop:ada",
-                              message_id=f"m{number}", text=f"hello {number}", reply=reply)
-
     for number in range(4):
-        harness.gateway.receive(message(number))
-
-    async def four_replies() -> None:
-        while len(replies) < 4:
-            arrived.clear()
-            await arrived.wait()
-    await asyncio.wait_for(four_replies(), 10)
+        await harness.gateway.receive(loop.message(f"m{number}", f"hello {number}"))
+    await loop.wait_for(4, timeout=10)
     await harness.gateway.drain()
 
     # the fourth is never dropped: it waits until the minute has room, in order
-    assert replies == ["echo: hello 0", "echo: hello 1", "echo: hello 2", "echo: hello 3"]
+    assert loop.texts() == ["echo: hello 0", "echo: hello 1", "echo: hello 2", "echo: hello 3"]
     assert waited == [60.0]  # all four came within one instant of the clock
     assert len(fake_llm.requests) == 4
     page = await harness.gateway.store.display_page("loop:c1", 100, None)
@@ -207,23 +192,17 @@ async def test_channel_message_over_the_limit_waits_for_room_then_is_answered(
 
 
 async def test_channel_message_still_over_the_limit_after_waiting_gets_a_note(
-        start_clocked: StartClocked, fake_llm: FakeLLM) -> None:
+        loop: LoopChannel, start_clocked: StartClocked, fake_llm: FakeLLM) -> None:
     harness = await start_clocked(default_plan="tiny")
 
     async def time_stands_still(seconds: float) -> None:
         return None
 
     harness.gateway.inbox.wait_for_rate = time_stands_still
-    replies: list[str] = []
-
-    async def reply(text: str) -> None:
-        replies.append(text)
-
     for number in range(4):
-        harness.gateway.receive(InboundMessage(
-            channel="loop", conversation="loop:c1", sender="loop:ada", message_id=f"m{number}",
-            text=f"hello {number}", reply=reply))
+        await harness.gateway.receive(loop.message(f"m{number}", f"hello {number}"))
     await harness.gateway.drain()
+    replies = loop.texts()
     assert replies[:3] == ["echo: hello 0", "echo: hello 1", "echo: hello 2"]
     assert "sending messages faster than your plan allows" in replies[3]
     assert "wait 60 s" in replies[3]

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gateway.config import Settings
-from gateway.inbound import InboundMessage
 from gateway.retention import cutoffs, purge
-from gateway.store import ExpiredThread
+from gateway.store import ExpiredThread, InboxEntry
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
+from tests.fakes.loop import LoopChannel
 from tests.helpers import Clock
 
 AuthHeaders = dict[str, str]
@@ -113,21 +113,15 @@ async def test_purge_removes_an_expired_thread_with_everything_and_keeps_a_recen
 
 
 async def test_purge_removes_the_files_of_channel_threads_and_of_long_keys(
-        start_clocked: StartClocked) -> None:
+        loop: LoopChannel, start_clocked: StartClocked) -> None:
     harness = await start_clocked()
     gateway = harness.gateway
     sessions_dir = gateway.settings.sessions_dir
     auth = await harness.user("alice")
     long_thread = "x" + ":" * 100  # its session file name is shortened and hashed
     await full_thread(harness, auth, long_thread)
-    delivered = asyncio.Event()
-
-    async def reply(text: str) -> None:
-        delivered.set()
-
-    gateway.receive(InboundMessage(channel="loop", conversation="loop:c1", sender="loop:ada",
-                                   message_id="m1", text="hello", reply=reply))
-    await asyncio.wait_for(delivered.wait(), WAIT_SECONDS)
+    await gateway.receive(loop.message("m1", "hello"))
+    await loop.wait_for(1, WAIT_SECONDS)
     await gateway.drain()
     names = sorted(path.name for path in sessions_dir.rglob("*.jsonl"))
     assert "loop%3Ac1.jsonl" in names
@@ -255,30 +249,28 @@ async def test_purge_thread_deletes_when_the_thread_is_as_listed(
 
 
 async def test_purge_forgets_channel_message_ids_older_than_thirty_days(
-        start_clocked: StartClocked, clock: Clock) -> None:
+        loop: LoopChannel, start_clocked: StartClocked, clock: Clock) -> None:
     harness = await start_clocked(default_plan="pro")  # the thread itself stays a year
     gateway = harness.gateway
-    delivered = asyncio.Event()
-
-    async def reply(text: str) -> None:
-        delivered.set()
-
-    gateway.receive(InboundMessage(channel="loop", conversation="loop:c1", sender="loop:ada",
-                                   message_id="m1", text="hello", reply=reply))
-    await asyncio.wait_for(delivered.wait(), WAIT_SECONDS)
+    await gateway.receive(loop.message("m1", "hello"))
+    await loop.wait_for(1, WAIT_SECONDS)
     await gateway.drain()
-    assert await gateway.store.inbound_seen("loop", "m1")
 
+    async def remembered() -> bool:
+        return await gateway.store.inbox_add(InboxEntry(
+            "loop", "m1", "loop:c1", "{}", 100, b"")) is None
+
+    assert await remembered()
     clock.advance(29 * DAY)
     assert (await purge(gateway)).inbound_ids == 0
-    assert await gateway.store.inbound_seen("loop", "m1")
+    assert await remembered()
 
     clock.advance(2 * DAY)
     assert (await purge(gateway, dry_run=True)).inbound_ids == 0
-    assert await gateway.store.inbound_seen("loop", "m1")
+    assert await remembered()
     report = await purge(gateway)
     assert report.inbound_ids == 1 and report.threads == []
-    assert not await gateway.store.inbound_seen("loop", "m1")
+    assert not await remembered()
     assert await gateway.store.get_thread("loop:c1") is not None
 
 

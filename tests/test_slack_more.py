@@ -260,7 +260,7 @@ async def test_signed_event_callback_with_a_malformed_event_is_4xx(
 # --- Web API failures -------------------------------------------------------------------
 async def test_channel_not_found_is_not_retried(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
-    slack.gateway.inbox.backoff_seconds = 0.01
+    slack.gateway.outbox.backoff_seconds = 0.01
     fake_slack.fail_next["chat.postMessage"] = [
         (200, {"ok": False, "error": "channel_not_found"}, {})]
     await post_signed(slack, json.dumps(payload("slack_message_im.json")).encode())
@@ -272,7 +272,7 @@ async def test_channel_not_found_is_not_retried(
 
 async def test_server_error_from_post_message_is_retried(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
-    slack.gateway.inbox.backoff_seconds = 0.01
+    slack.gateway.outbox.backoff_seconds = 0.01
     fake_slack.fail_next["chat.postMessage"] = [
         (500, {"ok": False, "error": "internal_error"}, {})]
     await post_signed(slack, json.dumps(payload("slack_message_im.json")).encode())
@@ -284,7 +284,7 @@ async def test_server_error_from_post_message_is_retried(
 
 async def test_missing_scope_is_not_retried(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
-    slack.gateway.inbox.backoff_seconds = 0.01
+    slack.gateway.outbox.backoff_seconds = 0.01
     fake_slack.fail_next["chat.postMessage"] = [
         (200, {"ok": False, "error": "missing_scope", "needed": "chat:write"}, {})] * 5
     await post_signed(slack, json.dumps(payload("slack_message_im.json")).encode())

@@ -276,7 +276,7 @@ async def test_polling_mode_answers_updates_and_stops_cleanly(
     assert sent.params["text"] == "echo: Hi! What's on my list today?"
     await tg.client.close()
     channel = tg.gateway.channels["telegram"]
-    assert getattr(channel, "application", None) is None
+    assert getattr(channel, "bot", None) is None
 
 
 async def test_stop_and_start_leaves_exactly_one_listener(

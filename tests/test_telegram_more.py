@@ -244,7 +244,7 @@ async def test_retry_after_is_waited_for_as_told(
     (``retry_after: 0`` would not do: PTB raises RetryAfter only for a truthy value.)
     """
     monkeypatch.setenv("PTB_TIMEDELTA", timedelta_mode)
-    tg.gateway.inbox.backoff_seconds = 30
+    tg.gateway.outbox.backoff_seconds = 30
     fake_telegram.fail_next["sendMessage"] = [(429, {
         "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
         "parameters": {"retry_after": 1}})]
@@ -259,7 +259,7 @@ async def test_retry_after_is_waited_for_as_told(
 
 async def test_bot_blocked_by_the_user_is_given_up_at_once(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
-    tg.gateway.inbox.backoff_seconds = 0.01
+    tg.gateway.outbox.backoff_seconds = 0.01
     fake_telegram.chat_failures[ADA] = blocked_by_user()
     await post_update(tg, payload("tg_private_text.json"))
     await post_update(tg, payload("tg_private_text.json", update_id=902348080, text="again?"))
@@ -274,7 +274,7 @@ async def test_bot_blocked_by_the_user_is_given_up_at_once(
 
 async def test_network_error_from_send_message_is_retried(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
-    tg.gateway.inbox.backoff_seconds = 0.01
+    tg.gateway.outbox.backoff_seconds = 0.01
     fake_telegram.fail_next["sendMessage"] = [
         (502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})] * 2
     await post_update(tg, payload("tg_private_text.json"))
@@ -286,7 +286,7 @@ async def test_network_error_from_send_message_is_retried(
 
 async def test_migrated_group_is_not_retried_against_the_old_chat(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
-    tg.gateway.inbox.backoff_seconds = 0.01
+    tg.gateway.outbox.backoff_seconds = 0.01
     fake_telegram.chat_failures[GROUP] = upgraded_to_supergroup(-1009876543210)
     await post_update(tg, payload("tg_group_text.json"))
     await tg.gateway.drain()
@@ -445,7 +445,7 @@ async def test_polling_stop_and_start_answers_each_later_update_once(
 
 async def test_stopping_the_gateway_delivers_queued_replies(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
-    tg.gateway.inbox.backoff_seconds = 0.01
+    tg.gateway.outbox.backoff_seconds = 0.01
 
     def slow_first(request: Any) -> Scripted:
         text = request.messages[-1]["content"]

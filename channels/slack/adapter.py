@@ -2,7 +2,9 @@
 
 ``POST /slack/events`` is verified (signature v0 with ``CLOUDYBOT_SLACK_SIGNING_SECRET``, timestamps
 older than 5 minutes refused: 401) before anything is parsed; then bolt answers
-``url_verification``, acks events at once and runs the listeners in the background.
+``url_verification`` and runs the listeners before it acks (``process_before_response``): an
+event is acknowledged only once it is committed to the gateway's durable inbox, which takes
+milliseconds, well within Slack's 3 seconds.
 
 - ``message.im``: a DM turn, key ``slack:{team}:{channel}``.
 - ``app_mention``: a turn in the mention's thread, key ``slack:{team}:{channel}:{thread_ts}``
@@ -24,6 +26,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -75,7 +78,8 @@ class SlackChannel(Channel):
             client = AsyncWebClient(token=settings.slack_bot_token,
                                     base_url=settings.slack_api_base)
             client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-            self.bolt = AsyncApp(client=client, signing_secret=settings.slack_signing_secret)
+            self.bolt = AsyncApp(client=client, signing_secret=settings.slack_signing_secret,
+                                 process_before_response=True)
             self.bolt.event("message")(self._on_message)
             self.bolt.event("app_mention")(self._on_mention)
             self.bolt.command("/cloudybot")(self._on_command)
@@ -119,25 +123,32 @@ class SlackChannel(Channel):
     async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("slack: a listener failed: %s: %s", type(error).__name__, error)
 
-    # --- listeners (they only queue: ordering is kept because nothing is awaited first) -----
+    # --- listeners: each commits its event to the inbox before bolt acks it -----------------
     async def _on_message(self, event: dict[str, Any], body: dict[str, Any],
                           context: AsyncBoltContext) -> None:
         if event.get("subtype") not in (None, *ANSWERED_SUBTYPES) or event.get("bot_id"):
             return
         channel_type = event.get("channel_type")
         if channel_type == "im":  # one conversation per DM; a reply in a DM thread stays there
-            self._submit(event, body, context, thread_ts=None, only_known=False,
-                         reply_ts=event.get("thread_ts"))
+            await self._submit(event, body, context, thread_ts=None, only_known=False,
+                               reply_ts=event.get("thread_ts"))
         elif event.get("thread_ts"):
             # A follow-up in a thread continues a conversation the bot is already in.
-            self._submit(event, body, context, thread_ts=event["thread_ts"], only_known=True)
+            await self._submit(event, body, context, thread_ts=event["thread_ts"],
+                               only_known=True)
 
     async def _on_mention(self, event: dict[str, Any], body: dict[str, Any],
                           context: AsyncBoltContext) -> None:
         if event.get("bot_id"):
             return
-        self._submit(event, body, context, thread_ts=event.get("thread_ts") or event.get("ts"),
-                     only_known=False)
+        if event.get("channel_type") == "im" or str(event.get("channel", "")).startswith("D"):
+            # A mention in a DM is the DM's conversation: the same message also arrives as
+            # message.im, and both must be one turn (same id, same conversation).
+            await self._submit(event, body, context, thread_ts=None, only_known=False,
+                               reply_ts=event.get("thread_ts"))
+            return
+        await self._submit(event, body, context,
+                           thread_ts=event.get("thread_ts") or event.get("ts"), only_known=False)
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any],
                           context: AsyncBoltContext) -> None:
@@ -155,13 +166,10 @@ class SlackChannel(Channel):
             await ack(IN_A_CHANNEL)
             return
 
-        async def unused_reply(text: str) -> None:  # answered in the ack instead
-            raise DeliveryFailed("slash commands are answered in their ack")
-
-        task = self.gateway.spawn(self.gateway.inbox.answer_now(InboundMessage(
+        task = self.gateway.spawn(self.gateway.inbox.answer_inline(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{team}:{channel}", sender=f"{NAME}:{team}:{user}",
             message_id=f"command:{command.get('trigger_id') or uuid.uuid4()}", text="",
-            reply=unused_reply, command=Command(name, argument.strip()), max_chars=MAX_CHARS)))
+            command=Command(name, argument.strip()), max_chars=MAX_CHARS)))
         try:
             answer = await asyncio.wait_for(asyncio.shield(task), self.command_ack_seconds)
         except TimeoutError:
@@ -185,8 +193,9 @@ class SlackChannel(Channel):
             except Exception as exc:
                 log.warning("slack: cannot confirm a slash command to %s: %s", user, exc)
 
-    def _submit(self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext,
-                thread_ts: str | None, only_known: bool, reply_ts: str | None = None) -> None:
+    async def _submit(self, event: dict[str, Any], body: dict[str, Any],
+                      context: AsyncBoltContext, thread_ts: str | None, only_known: bool,
+                      reply_ts: str | None = None) -> None:
         team = body.get("team_id") or event.get("team")
         # A Slack Connect user belongs to their own workspace: that names their account.
         user_team = event.get("user_team") or event.get("team") or team
@@ -197,17 +206,18 @@ class SlackChannel(Channel):
         if not text:
             return
         conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
-        client = context.client
-        assert client is not None
-
-        async def reply(chunk: str) -> None:
-            await self._post(client.chat_postMessage, channel=channel, text=chunk,
-                             thread_ts=thread_ts or reply_ts)
-
-        self.gateway.receive(InboundMessage(
+        await self.gateway.receive(InboundMessage(
             channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
-            message_id=f"{channel}:{ts}", text=text, reply=reply, only_known=only_known,
-            max_chars=MAX_CHARS))
+            message_id=f"{channel}:{ts}", text=text,
+            address={"channel": channel, "thread_ts": thread_ts or reply_ts},
+            only_known=only_known, max_chars=MAX_CHARS))
+
+    async def send(self, address: Mapping[str, Any], text: str) -> None:
+        """chat.postMessage into the DM or the thread."""
+        if self.bolt is None:
+            raise DeliveryFailed("the Slack channel is not configured")
+        await self._post(self.bolt.client.chat_postMessage, channel=address["channel"],
+                         text=text, thread_ts=address.get("thread_ts"))
 
     @staticmethod
     def _strip_mention(text: str, bot_user_id: str | None) -> str:

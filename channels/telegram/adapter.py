@@ -19,10 +19,12 @@ What it does with each kind of update:
   voice, photo without caption): a short note that only text is read, no LLM call.
 - bots' messages, channel posts and service messages (joins, pins): ignored.
 
-Replies are plain text (never a parse error on user text), split under 4096 characters, sent in
-the same forum topic, with "typing…" while the agent works. A 429's ``retry_after`` is honoured;
-a group that became a supergroup is answered at its new id. The bot token never reaches the
-logs.
+An update is acknowledged only once it is in the gateway's durable inbox: the webhook answers
+200 after the commit, and polling asks for the next offset only after the batch before it was
+committed. Replies are plain text (never a parse error on user text), split under 4096
+characters, sent in the same forum topic, with "typing…" while the agent works. A 429's
+``retry_after`` is honoured; a group that became a supergroup is answered at its new id. The
+bot token never reaches the logs.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import itertools
 import json
 import logging
 import warnings
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +45,6 @@ from telegram.constants import ChatAction, ChatType, MessageLimit
 from telegram.error import BadRequest as TelegramBadRequest
 from telegram.error import ChatMigrated, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.error import Forbidden as TelegramForbidden
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.warnings import PTBDeprecationWarning
 
 from gateway import Channel, Gateway
@@ -59,6 +61,7 @@ TEXT_ONLY = ("I can only read text for now — send me your question as a messag
              "(photos and documents with a caption work too).")
 ALLOWED_UPDATES = ["message", "edited_message"]
 CONNECT_RETRY_SECONDS = (1, 2, 5, 10, 30, 60)
+POLL_TIMEOUT_SECONDS = 30  # Telegram's long poll: getUpdates waits this long for an update
 
 
 def retry_after_seconds(error: RetryAfter) -> float:
@@ -106,8 +109,9 @@ class TelegramChannel(Channel):
         self.webhook_url = settings.telegram_webhook_url
         self.group_mode = settings.telegram_group_mode
         self.api_base = settings.telegram_api_base
-        self.application: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self.bot: Bot | None = None
         self._connecting: asyncio.Task[None] | None = None
+        self._polling: asyncio.Task[None] | None = None
         redact_in_logs(self.token)
 
     @property
@@ -126,7 +130,7 @@ class TelegramChannel(Channel):
         A rejected token stops start-up with a ConfigError; an unreachable Bot API does not: the
         channel keeps trying in the background while the rest of the gateway runs.
         """
-        if self.application is None:
+        if self.bot is None:
             try:
                 await self._connect()
             except NetworkError as exc:
@@ -134,27 +138,21 @@ class TelegramChannel(Channel):
                 if self._connecting is None:
                     self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
                 return
-        await self._listen()
+        self._listen()
 
     async def _connect(self) -> None:
         base = self.api_base.rstrip("/")
-        builder = (ApplicationBuilder().token(self.token).base_url(base)
-                   .base_file_url(base.removesuffix("/bot") + "/file/bot"))
-        if self.uses_webhook:
-            builder = builder.updater(None)
-        application = builder.build()
-        application.add_handler(TypeHandler(Update, self._on_update))
-        application.add_error_handler(self._on_error)
+        bot = Bot(self.token, base_url=base,
+                  base_file_url=base.removesuffix("/bot") + "/file/bot")
         try:
-            await application.initialize()
+            await bot.initialize()
         except BaseException as exc:
-            await application.bot.shutdown()  # initialize() leaves the Bot's client open
+            await bot.shutdown()  # initialize() leaves the Bot's client open
             if isinstance(exc, InvalidToken):
                 raise ConfigError("CLOUDYBOT_TELEGRAM_TOKEN was rejected by the Bot API") \
                     from None
             raise
-        self.application = application
-        bot = application.bot
+        self.bot = bot
         if self.group_mode == "all" and not bot.can_read_all_group_messages:
             log.warning("telegram: CLOUDYBOT_TELEGRAM_GROUP_MODE=all, but @%s has privacy mode "
                         "on (see @BotFather /setprivacy): it only sees mentions, replies and "
@@ -177,47 +175,61 @@ class TelegramChannel(Channel):
             except Exception:
                 log.exception("telegram: cannot start")
                 return
-            await self._listen()
+            self._listen()
             return
 
-    async def _listen(self) -> None:
-        application = self.application
-        if application is None or self.uses_webhook:
+    def _listen(self) -> None:
+        if self.bot is None or self.uses_webhook or self._polling is not None:
             return
-        assert application.updater is not None
-        if not application.updater.running:
-            await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
-        if not application.running:
-            await application.start()
+        self._polling = asyncio.get_running_loop().create_task(self._poll(self.bot))
+
+    async def _poll(self, bot: Bot) -> None:
+        """Long-poll getUpdates. The offset that tells Telegram to forget an update is sent
+        only after the update was committed to the inbox: a crash loses nothing."""
+        await bot.delete_webhook()  # getUpdates is refused while a webhook is set
+        offset: int | None = None
+        for failures in itertools.count():
+            try:
+                updates = await bot.get_updates(offset=offset, timeout=POLL_TIMEOUT_SECONDS,
+                                                allowed_updates=ALLOWED_UPDATES)
+            except RetryAfter as exc:
+                await asyncio.sleep(retry_after_seconds(exc))
+                continue
+            except TelegramError as exc:
+                wait = CONNECT_RETRY_SECONDS[min(failures, len(CONNECT_RETRY_SECONDS) - 1)]
+                log.warning("telegram: getUpdates failed (%s); again in %d s", exc, wait)
+                await asyncio.sleep(wait)
+                continue
+            for update in updates:
+                try:
+                    await self._take(update, bot)
+                except Unavailable:
+                    return  # stopping: Telegram keeps the update for the next start
+                offset = update.update_id + 1
 
     async def stop(self) -> None:
         """Stop taking updates (polling stops; the webhook answers 503). Idempotent."""
-        if self._connecting is not None:
-            self._connecting.cancel()
-            await asyncio.gather(self._connecting, return_exceptions=True)
-            self._connecting = None
-        application = self.application
-        if application is not None and application.updater is not None \
-                and application.updater.running:
-            await application.updater.stop()
+        for task in (self._connecting, self._polling):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._connecting = self._polling = None
 
     async def close(self) -> None:
         """Shut the Bot API client down (after every queued reply went out)."""
         await self.stop()
-        application, self.application = self.application, None
-        if application is None:
-            return
-        if application.running:
-            await application.stop()
-        await application.shutdown()
+        bot, self.bot = self.bot, None
+        if bot is not None:
+            await bot.shutdown()
 
     # --- inbound ------------------------------------------------------------------------------
     async def webhook(self, request: web.Request) -> web.Response:
-        """Check the secret header, parse the update, hand it over, answer 200 at once."""
+        """Check the secret header, parse the update, commit it to the inbox, answer 200."""
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
-        if not hmac.compare_digest(given.encode(), self.secret.encode()):
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), self.secret.encode()):
             raise Forbidden("missing or wrong X-Telegram-Bot-Api-Secret-Token")
-        if self.application is None or not self.gateway.accepting:
+        bot = self.bot
+        if bot is None or not self.gateway.accepting:
             raise Unavailable("the Telegram channel is not running; deliver this again later")
         if request.content_type != "application/json":
             raise web.HTTPUnsupportedMediaType(text="application/json expected")
@@ -225,22 +237,22 @@ class TelegramChannel(Channel):
             data = json.loads(await request.read())
             if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
                 raise ValueError("not an Update")
-            update = Update.de_json(data, self.application.bot)
-            inbound = self.to_inbound(update, self.application.bot)
+            update = Update.de_json(data, bot)
+            inbound = self.to_inbound(update, bot)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise BadRequest("the body is not a Telegram Update", code="invalid_update") from None
         if inbound is not None:
-            self.gateway.receive(inbound)
+            await self.gateway.receive(inbound)
         return web.json_response({"ok": True})
 
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        inbound = self.to_inbound(update, context.bot)
+    async def _take(self, update: Update, bot: Bot) -> None:
+        try:
+            inbound = self.to_inbound(update, bot)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            log.warning("telegram: update %s cannot be read; skipped", update.update_id)
+            return
         if inbound is not None:
-            self.gateway.receive(inbound)
-
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("telegram: error while handling an update: %s", context.error,
-                  exc_info=context.error)
+            await self.gateway.receive(inbound)
 
     def to_inbound(self, update: Update, bot: Bot) -> InboundMessage | None:
         """Map an Update to an inbound message, or None if it is not for us."""
@@ -282,8 +294,9 @@ class TelegramChannel(Channel):
             sender=f"{NAME}:{user.id}",
             message_id=str(update.update_id),
             text=text,
-            reply=self._replier(bot, message, private),
-            typing=self._typist(bot, message),
+            address={"chat_id": message.chat.id,
+                     "topic": message.message_thread_id if message.is_topic_message else None,
+                     "reply_to": None if private else message.message_id},
             command=command,
             notice=notice,
             max_chars=MessageLimit.MAX_TEXT_LENGTH,
@@ -296,34 +309,29 @@ class TelegramChannel(Channel):
                 and replied.from_user.id == bot.id)
 
     # --- outbound -----------------------------------------------------------------------------
-    @staticmethod
-    def _topic(message: Message) -> int | None:
-        return message.message_thread_id if message.is_topic_message else None
+    def _running_bot(self) -> Bot:
+        if self.bot is None:
+            raise ConnectionError("the Telegram channel is not connected yet")
+        return self.bot
 
-    def _replier(self, bot: Bot, message: Message, private: bool) -> Any:
-        chat_id, topic = message.chat.id, self._topic(message)
-        quote = None if private else ReplyParameters(message.message_id,
-                                                     allow_sending_without_reply=True)
+    async def send(self, address: Mapping[str, Any], text: str) -> None:
+        """sendMessage to the chat (and topic), quoting the message in a group."""
+        bot = self._running_bot()
+        quote = address.get("reply_to")
+        try:
+            await bot.send_message(
+                address["chat_id"], text, message_thread_id=address.get("topic"),
+                reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
+                if quote else None)
+        except ChatMigrated as exc:  # the group became a supergroup: answer it there
+            await bot.send_message(exc.new_chat_id, text)
+        except RetryAfter as exc:
+            raise DeliveryRetry(retry_after_seconds(exc)) from exc
+        except (TelegramForbidden, TelegramBadRequest) as exc:
+            raise DeliveryFailed(str(exc)) from exc
+        # any other TelegramError (network trouble) is retried by the outbox with backoff
 
-        async def reply(text: str) -> None:
-            try:
-                await bot.send_message(chat_id, text, message_thread_id=topic,
-                                       reply_parameters=quote)
-            except ChatMigrated as exc:  # the group became a supergroup: answer it there
-                await bot.send_message(exc.new_chat_id, text)
-            except RetryAfter as exc:
-                raise DeliveryRetry(retry_after_seconds(exc)) from exc
-            except (TelegramForbidden, TelegramBadRequest) as exc:
-                raise DeliveryFailed(str(exc)) from exc
-            except TelegramError:
-                raise  # network trouble: the kit retries with backoff
-
-        return reply
-
-    def _typist(self, bot: Bot, message: Message) -> Any:
-        chat_id, topic = message.chat.id, self._topic(message)
-
-        async def typing() -> None:
-            await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic)
-
-        return typing
+    async def typing(self, address: Mapping[str, Any]) -> None:
+        """sendChatAction typing, in the topic."""
+        await self._running_bot().send_chat_action(address["chat_id"], ChatAction.TYPING,
+                                                   message_thread_id=address.get("topic"))

@@ -10,8 +10,10 @@ from typing import Protocol
 
 from .records import (
     Charge,
+    Delivery,
     DisplayMessage,
     ExpiredThread,
+    InboxEntry,
     LedgerEntry,
     NewMessage,
     SecretRecord,
@@ -83,7 +85,8 @@ class Store(Protocol):
         """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
 
     async def prune_inbound(self, before: str) -> int:
-        """Forget answered channel message ids older than ``before``; return how many."""
+        """Forget answered inbox messages and failed deliveries older than ``before``; return
+        how many."""
 
     # --- threads and pinned memory -----------------------------------------
     async def get_thread(self, session_key: str) -> Thread | None:
@@ -135,12 +138,38 @@ class Store(Protocol):
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
 
-    # --- inbound de-duplication ------------------------------------------------------
-    async def inbound_seen(self, channel: str, message_id: str) -> bool:
-        """True if this channel message was already answered."""
+    # --- durable inbox and outbox ---------------------------------------------------
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+        """Commit a channel message to the inbox (``answered``: as already answered, only to
+        recognise a redelivery); its id, or None if it is there already."""
 
-    async def mark_inbound(self, channel: str, message_id: str) -> bool:
-        """Record the channel message as answered; False if it already was."""
+    async def inbox_pending(self) -> list[InboxEntry]:
+        """Every unanswered inbox message, in arrival order."""
+
+    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
+        False if it was not pending."""
+
+    async def drop_inbox(self, channel: str, message_id: str) -> None:
+        """Mark a pending message done without a reply."""
+
+    async def pending_deliveries(self) -> list[Delivery]:
+        """Every reply still waiting for its platform, oldest first."""
+
+    async def deliveries(self, conversation: str | None = None,
+                         limit: int = 100) -> list[Delivery]:
+        """Pending and failed replies, newest first (one conversation's when given)."""
+
+    async def delivery_progress(self, channel: str, message_id: str, chunks_sent: int) -> None:
+        """Record that the first ``chunks_sent`` chunks of a reply arrived."""
+
+    async def delivery_retry(self, channel: str, message_id: str, attempts: int,
+                             next_attempt: float, error: str) -> None:
+        """Record a failed attempt and when to try again."""
+
+    async def delivery_finished(self, channel: str, message_id: str,
+                                error: str | None = None) -> None:
+        """Delivered (forgotten), or failed for good with ``error`` (kept for the record)."""
 
     # --- specialists and credentials ------------------------------------------
     async def get_specialist(self, user_id: str, name: str) -> str | None:
@@ -170,8 +199,10 @@ class Store(Protocol):
 
 __all__ = [
     "Charge",
+    "Delivery",
     "DisplayMessage",
     "ExpiredThread",
+    "InboxEntry",
     "LedgerEntry",
     "NewMessage",
     "SecretRecord",

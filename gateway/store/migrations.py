@@ -119,4 +119,44 @@ MIGRATIONS: tuple[str, ...] = (
     """
     DROP INDEX IF EXISTS threads_updated;
     """,
+    # 6: a durable inbox (a channel message is committed before its platform hears "OK") and
+    # outbox (a reply waits until its platform accepted it; delivered rows are deleted, failed
+    # ones kept for the record); they replace inbound_seen.
+    """
+    CREATE TABLE inbox (
+        id           INTEGER PRIMARY KEY,
+        channel      TEXT NOT NULL,
+        message_id   TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        address      TEXT NOT NULL,
+        max_chars    INTEGER NOT NULL,
+        payload      BLOB,
+        received_at  TEXT NOT NULL,
+        UNIQUE (channel, message_id)
+    );
+    CREATE INDEX inbox_pending ON inbox(id) WHERE state = 'pending';
+    CREATE INDEX inbox_received ON inbox(received_at);
+    INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars, payload,
+                       received_at)
+    SELECT channel, message_id, '', 'done', '{}', 0, NULL, seen_at FROM inbound_seen;
+    DROP TABLE inbound_seen;
+    CREATE TABLE outbox (
+        id           INTEGER PRIMARY KEY,
+        channel      TEXT NOT NULL,
+        message_id   TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        address      TEXT NOT NULL,
+        text         TEXT NOT NULL,
+        max_chars    INTEGER NOT NULL,
+        state        TEXT NOT NULL,
+        chunks_sent  INTEGER NOT NULL DEFAULT 0,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        next_attempt REAL NOT NULL,
+        created      REAL NOT NULL,
+        last_error   TEXT,
+        updated_at   TEXT NOT NULL,
+        UNIQUE (channel, message_id)
+    );
+    """,
 )

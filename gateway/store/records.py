@@ -128,8 +128,14 @@ class TurnCommit:
     billed_user: str
     messages: list[NewMessage]
     charges: list[Charge]
-    # (channel, message id) of the channel message this turn answers, marked in the same commit
+    # (channel, message id) of the channel message this turn answers: marked answered, and its
+    # reply put in the outbox, in the same commit
     inbound: tuple[str, str] | None = None
+
+    @property
+    def reply(self) -> str:
+        """The assistant's reply: the last message written."""
+        return self.messages[-1].content if self.messages else ""
 
 
 @dataclass(frozen=True)
@@ -158,3 +164,40 @@ class ThreadPage:
 
     messages: list[DisplayMessage] = field(default_factory=list)
     next_before: int | None = None
+
+
+@dataclass(frozen=True)
+class InboxEntry:
+    """A channel message as the durable inbox holds it until it is answered.
+
+    ``address`` (JSON text) is where the reply goes; ``payload`` is the rest of the message,
+    sealed (it holds the user's words before redaction).
+    """
+
+    channel: str
+    message_id: str
+    conversation: str
+    address: str
+    max_chars: int
+    payload: bytes
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A reply in the durable outbox: ``pending`` until the platform accepts every chunk,
+    then ``delivered``; ``failed`` when it was refused for good or retried too long."""
+
+    id: int
+    channel: str
+    message_id: str  # of the inbound message it answers
+    conversation: str
+    address: str
+    text: str
+    max_chars: int
+    state: str
+    chunks_sent: int
+    attempts: int
+    next_attempt: float  # epoch seconds
+    created: float  # epoch seconds
+    last_error: str | None

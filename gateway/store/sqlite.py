@@ -20,12 +20,15 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from ..errors import BadRequest, Conflict, NotFound
+from ..files import private_dir, private_file
 from ..times import iso_utc
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
+    Delivery,
     DisplayMessage,
     ExpiredThread,
+    InboxEntry,
     LedgerEntry,
     SecretRecord,
     StoredMessage,
@@ -121,10 +124,25 @@ def _top_up(conn: sqlite3.Connection, user: User, credits: int, minutes: int, ki
         _charge(conn, user.user_id, None, Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
 
 
-def _mark_inbound(conn: sqlite3.Connection, channel: str, message_id: str, now: str) -> bool:
-    return conn.execute(
-        "INSERT INTO inbound_seen VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-        (channel, message_id, now)).rowcount == 1
+_DELIVERY_COLUMNS = ("id, channel, message_id, conversation, address, text, max_chars, state,"
+                     " chunks_sent, attempts, next_attempt, created, last_error")
+
+
+def _answer_inbox(conn: sqlite3.Connection, channel: str, message_id: str, reply: str,
+                  epoch: float, now: str) -> bool:
+    """Mark a pending inbox message answered and put its reply in the outbox, together;
+    False if the message is not pending (unknown, or answered already)."""
+    row = conn.execute(
+        "UPDATE inbox SET state = 'done', payload = NULL"
+        " WHERE channel = ? AND message_id = ? AND state = 'pending'"
+        " RETURNING conversation, address, max_chars", (channel, message_id)).fetchone()
+    if row is None:
+        return False
+    conn.execute(
+        "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
+        " next_attempt, created, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+        (channel, message_id, row[0], row[1], reply, row[2], epoch, epoch, now))
+    return True
 
 
 class _GroupCommit:
@@ -219,8 +237,16 @@ class SQLiteStore:
 
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
-        """Open the database (WAL, foreign keys on) and apply pending migrations."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Open the database (WAL, foreign keys on) and apply pending migrations.
+
+        The directory is 0700 and the database 0600 before SQLite opens it: SQLite gives its
+        ``-wal`` and ``-shm`` files the database's mode. Files left by an older version are
+        tightened here too.
+        """
+        private_dir(self.path.parent)
+        private_file(self.path, create=True)
+        for suffix in ("-wal", "-shm"):
+            private_file(self.path.with_name(self.path.name + suffix))
         self._db = await aiosqlite.connect(self.path, isolation_level=None)
         self._group = _GroupCommit(self._db)
         await self._db.execute("PRAGMA journal_mode = WAL")
@@ -407,9 +433,15 @@ class SQLiteStore:
         return await self._transaction(run)  # may be large: off the event loop
 
     async def prune_inbound(self, before: str) -> int:
-        """Forget answered channel message ids older than ``before``; return how many."""
-        return await self._transaction(lambda conn: conn.execute(
-            "DELETE FROM inbound_seen WHERE seen_at < ?", (before,)).rowcount)
+        """Forget answered channel messages received before ``before`` (their ids stop
+        de-duplicating), and failed deliveries recorded before it; return how many."""
+        def run(conn: sqlite3.Connection) -> int:
+            inbox = conn.execute("DELETE FROM inbox WHERE received_at < ? AND state = 'done'",
+                                 (before,)).rowcount
+            outbox = conn.execute("DELETE FROM outbox WHERE updated_at < ? AND state = 'failed'",
+                                  (before,)).rowcount
+            return int(inbox + outbox)
+        return await self._transaction(run)
 
     # --- threads and pinned memory ---------------------------------------------
     async def get_thread(self, session_key: str) -> Thread | None:
@@ -566,7 +598,8 @@ class SQLiteStore:
                 " VALUES (?, ?, ?, ?)",
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
-            if commit.inbound is not None and not _mark_inbound(conn, *commit.inbound, now):
+            if commit.inbound is not None and not _answer_inbox(
+                    conn, *commit.inbound, commit.reply, self.clock(), now):
                 raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
                                "answered", code="duplicate_message")
             for charge in commit.charges:
@@ -603,17 +636,88 @@ class SQLiteStore:
             return True
         return await self._transaction(run)
 
-    # --- inbound de-duplication ------------------------------------------------------
-    async def inbound_seen(self, channel: str, message_id: str) -> bool:
-        """True if this channel message was already answered."""
-        return await self._read(lambda conn: conn.execute(
-            "SELECT 1 FROM inbound_seen WHERE channel = ? AND message_id = ?",
-            (channel, message_id)).fetchone() is not None)
+    # --- durable inbox and outbox -------------------------------------------------------
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+        """Commit a channel message to the inbox (``answered``: as already answered, only to
+        recognise a redelivery); its id, or None if it is there already."""
+        def run(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
+                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+                " payload, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
+                (entry.channel, entry.message_id, entry.conversation,
+                 "done" if answered else "pending", entry.address, entry.max_chars,
+                 None if answered else entry.payload, self._now())).fetchone()
+            return int(row[0]) if row else None
+        return await self._transaction(run)
 
-    async def mark_inbound(self, channel: str, message_id: str) -> bool:
-        """Record the channel message as answered; False if it already was."""
-        return await self._transaction(
-            lambda conn: _mark_inbound(conn, channel, message_id, self._now()))
+    async def inbox_pending(self) -> list[InboxEntry]:
+        """Every unanswered inbox message, in arrival order."""
+        def run(conn: sqlite3.Connection) -> list[InboxEntry]:
+            rows = conn.execute(
+                "SELECT channel, message_id, conversation, address, max_chars, payload, id"
+                " FROM inbox WHERE state = 'pending' ORDER BY id").fetchall()
+            return [InboxEntry(*row) for row in rows]
+        return await self._read(run)
+
+    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
+        False if it was not pending."""
+        return await self._transaction(lambda conn: _answer_inbox(
+            conn, channel, message_id, reply, self.clock(), self._now()))
+
+    async def drop_inbox(self, channel: str, message_id: str) -> None:
+        """Mark a pending message done without a reply (there is nothing to say)."""
+        await self._transaction(lambda conn: conn.execute(
+            "UPDATE inbox SET state = 'done', payload = NULL"
+            " WHERE channel = ? AND message_id = ? AND state = 'pending'",
+            (channel, message_id)))
+
+    async def pending_deliveries(self) -> list[Delivery]:
+        """Every reply still waiting for its platform, oldest first."""
+        def run(conn: sqlite3.Connection) -> list[Delivery]:
+            rows = conn.execute(f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+                                " WHERE state = 'pending' ORDER BY id").fetchall()
+            return [Delivery(*row) for row in rows]
+        return await self._read(run)
+
+    async def deliveries(self, conversation: str | None = None,
+                         limit: int = 100) -> list[Delivery]:
+        """Pending and failed replies (delivered ones are not kept), newest first; only one
+        conversation's when given."""
+        def run(conn: sqlite3.Connection) -> list[Delivery]:
+            rows = conn.execute(
+                f"SELECT {_DELIVERY_COLUMNS} FROM outbox WHERE (? IS NULL OR conversation = ?)"
+                " ORDER BY id DESC LIMIT ?", (conversation, conversation, limit)).fetchall()
+            return [Delivery(*row) for row in rows]
+        return await self._read(run)
+
+    async def delivery_progress(self, channel: str, message_id: str, chunks_sent: int) -> None:
+        """Record that the first ``chunks_sent`` chunks of a reply arrived."""
+        await self._transaction(lambda conn: conn.execute(
+            "UPDATE outbox SET chunks_sent = ?, updated_at = ? WHERE channel = ? AND"
+            " message_id = ?", (chunks_sent, self._now(), channel, message_id)))
+
+    async def delivery_retry(self, channel: str, message_id: str, attempts: int,
+                             next_attempt: float, error: str) -> None:
+        """Record a failed attempt and when to try again."""
+        await self._transaction(lambda conn: conn.execute(
+            "UPDATE outbox SET attempts = ?, next_attempt = ?, last_error = ?, updated_at = ?"
+            " WHERE channel = ? AND message_id = ?",
+            (attempts, next_attempt, error, self._now(), channel, message_id)))
+
+    async def delivery_finished(self, channel: str, message_id: str,
+                                error: str | None = None) -> None:
+        """Delivered (the row goes), or failed for good with ``error`` (the row stays)."""
+        def run(conn: sqlite3.Connection) -> None:
+            if error is None:
+                conn.execute("DELETE FROM outbox WHERE channel = ? AND message_id = ?",
+                             (channel, message_id))
+            else:
+                conn.execute("UPDATE outbox SET state = 'failed', last_error = ?, updated_at = ?"
+                             " WHERE channel = ? AND message_id = ?",
+                             (error, self._now(), channel, message_id))
+        await self._transaction(run)
 
     # --- specialists and credentials ---------------------------------------------
     async def get_specialist(self, user_id: str, name: str) -> str | None:

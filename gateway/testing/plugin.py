@@ -28,7 +28,7 @@ from ..app import build_app
 from ..config import Settings, load_settings
 from ..gateway import Gateway
 from ..hookspecs import hookimpl
-from ..inbound import InboundMessage
+from ..store import Delivery
 from ..plugins import make_plugin_manager
 from .fake_llm import FakeLLM
 
@@ -41,7 +41,7 @@ class ReplyRecorder:
         self._arrived = asyncio.Event()
 
     @hookimpl
-    def reply_sent(self, message: InboundMessage, text: str) -> None:
+    def reply_sent(self, message: Delivery, text: str) -> None:
         """Record the delivered reply."""
         self.replies[(message.channel, message.message_id)] = text
         self._arrived.set()

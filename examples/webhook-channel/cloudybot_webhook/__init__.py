@@ -8,6 +8,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -78,8 +79,8 @@ class WebhookChannel(Channel):
             await session.close()
 
     async def receive(self, request: web.Request) -> web.Response:
-        """Verify the signature before parsing; queue the message; answer 202 at once (503
-        while the gateway shuts down, so the sender retries later)."""
+        """Verify the signature before parsing; commit the message to the gateway's inbox;
+        answer 202 only then (503 while the gateway shuts down, so the sender retries later)."""
         body = await request.read()
         stamp = request.headers.get("X-Webhook-Timestamp", "")
         given = request.headers.get("X-Webhook-Signature", "")
@@ -101,27 +102,25 @@ class WebhookChannel(Channel):
         text = payload.get("text")
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("text must be a non-empty string", code="invalid_text")
-        self.gateway.receive(InboundMessage(
+        await self.gateway.receive(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{conversation}", sender=f"{NAME}:{sender}",
-            message_id=message_id, text=text, reply=self._replier(message_id, conversation),
+            message_id=message_id, text=text,
+            address={"inReplyTo": message_id, "conversation": conversation},
             max_chars=MAX_CHARS))
         return web.json_response({"accepted": True}, status=202)
 
-    def _replier(self, message_id: str, conversation: str) -> Any:
-        async def reply(text: str) -> None:
-            if self._session is None:
-                raise DeliveryFailed("the channel is stopped")
-            body = json.dumps({"inReplyTo": message_id, "conversation": conversation,
-                               "text": text}).encode()
-            async with self._session.post(self.callback_url, data=body,
-                                          headers=signed_headers(self.secret, body)) as answer:
-                if answer.status == 429:
-                    raise DeliveryRetry(float(answer.headers.get("Retry-After", "1")))
-                if 400 <= answer.status < 500:
-                    raise DeliveryFailed(f"callback answered {answer.status}")
-                answer.raise_for_status()  # 5xx: the kit retries with backoff
-
-        return reply
+    async def send(self, address: Mapping[str, Any], text: str) -> None:
+        """POST the reply, signed, to the callback URL."""
+        if self._session is None:
+            raise ConnectionError("the channel is not started yet")
+        body = json.dumps({**address, "text": text}).encode()
+        async with self._session.post(self.callback_url, data=body,
+                                      headers=signed_headers(self.secret, body)) as answer:
+            if answer.status == 429:
+                raise DeliveryRetry(float(answer.headers.get("Retry-After", "1")))
+            if 400 <= answer.status < 500:
+                raise DeliveryFailed(f"callback answered {answer.status}")
+            answer.raise_for_status()  # 5xx: the outbox retries with backoff
 
 
 @hookimpl

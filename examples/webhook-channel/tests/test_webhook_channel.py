@@ -142,7 +142,7 @@ async def test_redelivery_is_answered_once(harness: GatewayHarness, callback: Ca
 
 async def test_failed_callback_is_retried_without_rerunning_the_agent(
         harness: GatewayHarness, callback: Callback, cloudybot_fake_llm: Any) -> None:
-    harness.gateway.inbox.backoff_seconds = 0.01
+    harness.gateway.outbox.backoff_seconds = 0.01
     callback.fail_first = 2
     reply = await harness.exchange(lambda: post(harness, inbound("m-1", "hi")),
                                    channel="webhook", message_id="m-1")

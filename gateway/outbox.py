@@ -1,0 +1,153 @@
+"""The durable outbox: every stored channel reply is retried until its platform accepts it.
+
+A reply is written to the outbox in the same transaction that marks its inbound message
+answered (:mod:`gateway.inbound`). From there, per conversation and in order:
+
+1. the reply is split into chunks of the channel's ``max_chars``;
+2. each chunk goes to ``channel.send(address, chunk)``; a chunk that arrived is recorded and
+   never sent again;
+3. a passing failure (network, 429, 5xx: any exception but :class:`DeliveryFailed`) is retried
+   with exponential backoff and jitter (``Retry-After`` honoured) for
+   ``CLOUDYBOT_DELIVERY_RETRY_HOURS``, across restarts; a permanent refusal
+   (:class:`DeliveryFailed`) ends it at once. Either end is recorded with its reason.
+
+Delivered replies are deleted from the outbox; failed ones stay, for ``cloudybot deliveries``
+and the thread's API answer. Delivery is at least once: a send that timed out after the platform
+took it, or a crash between the platform's "OK" and our record of it, sends that chunk again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from . import hooks
+from .interfaces import DeliveryFailed, DeliveryRetry
+from .queues import ConversationQueues
+from .store import Delivery
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 600.0
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Split ``text`` into chunks of at most ``limit`` characters, at paragraph, line or word
+    boundaries when possible."""
+    chunks: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
+        if cut < limit // 2:
+            cut = limit
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest or not chunks:
+        chunks.append(rest)
+    return chunks
+
+
+def describe(error: BaseException) -> str:
+    """A one-line reason for the delivery record (never a traceback)."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    name = type(error).__name__
+    return f"{name}: {text}"[:300] if text else name
+
+
+class Outbox:
+    """Delivers stored replies through their channels (see the module docstring)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.queues: ConversationQueues[Delivery] = ConversationQueues(
+            self._deliver, gateway.spawn, key=lambda d: d.conversation, what="delivery")
+        self.backoff_seconds = FIRST_BACKOFF_SECONDS
+        self.max_backoff_seconds = MAX_BACKOFF_SECONDS
+        # How a delivery waits for its next attempt; tests swap in one that moves their clock.
+        self.wait: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self._open = asyncio.Event()
+
+    def submit(self, delivery: Delivery) -> None:
+        """Deliver ``delivery`` (already committed to the outbox) after those queued before it
+        in its conversation."""
+        self.queues.submit(delivery)
+
+    async def recover(self) -> int:
+        """Queue every reply a previous run left undelivered; return how many. They are sent
+        once :meth:`open` is called (when the channels have started)."""
+        pending = await self.gateway.store.pending_deliveries()
+        for delivery in pending:
+            self.submit(delivery)
+        if pending:
+            log.info("outbox: %d reply(ies) from before the restart to deliver", len(pending))
+        return len(pending)
+
+    def open(self) -> None:
+        """The channels are running: deliveries may go out."""
+        self._open.set()
+
+    def backoff(self, attempts: int) -> float:
+        """Seconds before attempt ``attempts + 1``: doubling, capped, with jitter (half to all
+        of it), so that many stalled replies do not all retry at the same moment."""
+        ceiling = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempts - 1))
+        return float(ceiling * random.uniform(0.5, 1.0))
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        await self._open.wait()
+        gw = self.gateway
+        channel = gw.channels.get(delivery.channel)
+        if channel is None or not channel.enabled:
+            log.warning("outbox: channel %r is not running; the reply to %s waits for the next "
+                        "start", delivery.channel, delivery.message_id)
+            return
+        address = json.loads(delivery.address)
+        chunks = split_text(delivery.text, delivery.max_chars)
+        sent, attempts = delivery.chunks_sent, delivery.attempts
+        deadline = delivery.created + gw.settings.delivery_retry_hours * 3600
+        wait = delivery.next_attempt - gw.clock()
+        while sent < len(chunks):
+            if wait > 0:
+                await self.wait(wait)
+            try:
+                await channel.send(address, chunks[sent])
+            except DeliveryFailed as exc:
+                log.error("outbox: %s refused the reply to %s for good: %s", delivery.channel,
+                          delivery.message_id, describe(exc))
+                await gw.store.delivery_finished(delivery.channel, delivery.message_id,
+                                                 describe(exc))
+                return
+            except Exception as exc:
+                attempts += 1
+                reason = describe(exc)
+                if gw.clock() >= deadline:
+                    log.error("outbox: gave up on the reply to %s %s after %d attempts: %s",
+                              delivery.channel, delivery.message_id, attempts, reason)
+                    await gw.store.delivery_finished(
+                        delivery.channel, delivery.message_id,
+                        f"gave up after {attempts} attempts: {reason}")
+                    return
+                wait = (exc.after * random.uniform(1.0, 1.1) if isinstance(exc, DeliveryRetry)
+                        else self.backoff(attempts))
+                log.warning("outbox: delivery to %s failed (%s); attempt %d in %.1f s",
+                            delivery.conversation, reason, attempts + 1, wait)
+                await gw.store.delivery_retry(delivery.channel, delivery.message_id, attempts,
+                                              gw.clock() + wait, reason)
+                continue
+            sent += 1
+            wait = 0
+            if sent < len(chunks):
+                await gw.store.delivery_progress(delivery.channel, delivery.message_id, sent)
+        await gw.store.delivery_finished(delivery.channel, delivery.message_id)
+        await hooks.notify_each(gw.pm.hook.reply_sent, gateway=gw,
+                                message=replace(delivery, chunks_sent=sent, attempts=attempts),
+                                text=delivery.text)

@@ -1,0 +1,71 @@
+"""``loop``: a minimal in-test channel. Its replies land in a list; deliveries can be told to
+fail. Register it on the test's plugin manager before the gateway starts (the ``loop``
+fixture does)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from gateway import Channel, Gateway, hookimpl
+from gateway.inbound import InboundMessage
+
+
+class LoopChannel(Channel):
+    """Replies are recorded as (conversation, message id, text); ``failures[message_id]``
+    lists what the next deliveries of that message's reply do: raise the exception, or
+    succeed for ``None``."""
+
+    name = "loop"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+        self.failures: dict[str, list[Exception | None]] = {}
+        self.attempts: dict[str, int] = {}
+        self.typing_shown = 0
+        self._arrived = asyncio.Condition()
+
+    @hookimpl
+    def register_channels(self, gateway: Gateway) -> list[Channel]:
+        """This channel, as a plugin."""
+        return [self]
+
+    def message(self, message_id: str, text: str, conversation: str = "loop:c1",
+                sender: str = "loop:ada", **extra: Any) -> InboundMessage:
+        """An inbound message whose reply comes back here."""
+        return InboundMessage(channel="loop", conversation=conversation, sender=sender,
+                              message_id=message_id, text=text,
+                              address={"conversation": conversation, "id": message_id},
+                              **extra)
+
+    async def send(self, address: Mapping[str, Any], text: str) -> None:
+        """Record the chunk, or raise the next failure planned for its message."""
+        message_id = address["id"]
+        self.attempts[message_id] = self.attempts.get(message_id, 0) + 1
+        pending = self.failures.get(message_id)
+        failure = pending.pop(0) if pending else None
+        if failure is not None:
+            raise failure
+        async with self._arrived:
+            self.sent.append((address["conversation"], message_id, text))
+            self._arrived.notify_all()
+
+    async def typing(self, address: Mapping[str, Any]) -> None:
+        """Count typing actions."""
+        self.typing_shown += 1
+
+    def texts(self, conversation: str | None = None) -> list[str]:
+        """Delivered texts, in order (of one conversation when given)."""
+        return [text for conv, _, text in self.sent if conversation in (None, conv)]
+
+    def replies(self) -> list[tuple[str, str]]:
+        """(message id, text) of every delivered chunk, in order."""
+        return [(message_id, text) for _, message_id, text in self.sent]
+
+    async def wait_for(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        """Wait until ``count`` chunks were delivered (bounded); return ``replies()``."""
+        async with self._arrived:
+            await asyncio.wait_for(self._arrived.wait_for(lambda: len(self.sent) >= count),
+                                   timeout)
+        return self.replies()
