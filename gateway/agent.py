@@ -23,7 +23,7 @@ from .errors import NotFound, PaymentRequired, ProviderError
 from .interfaces import Completion, CompletionRequest, PromptSection, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
-from .secrets import redact
+from .secrets import open_credentials, redact, redact_structure
 from .sessions import Rotation, ToolExchange
 from .store import (
     Charge,
@@ -82,14 +82,7 @@ class _AgentRun:
 
 
 def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Credential]:
-    credentials = []
-    for record in records:
-        document = gw.secret_box.open(record.blob, user_id)
-        if document is None:
-            log.warning("a saved credential of user %r cannot be decrypted; skipped", user_id)
-            continue
-        credentials.append(Credential(record.site, document["username"], document["password"]))
-    return credentials
+    return open_credentials(gw.secret_box, user_id, records)
 
 
 async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
@@ -173,15 +166,12 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
 
 
 def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
-    """A copy of a chat message with saved passwords redacted in content and tool arguments."""
-    copy = dict(message)
-    if isinstance(copy.get("content"), str):
-        copy["content"] = redact(copy["content"], secrets)
-    if copy.get("tool_calls"):
-        copy["tool_calls"] = [
-            {**call, "function": {**call["function"],
-                                  "arguments": redact(call["function"]["arguments"], secrets)}}
-            for call in copy["tool_calls"]]
+    """A copy of a chat message with saved passwords redacted in every field, in any encoding.
+
+    Tool-call arguments and JSON tool results are decoded, redacted and encoded again, so they
+    stay valid JSON and an escaped password (``\\u00e4``, ``\\"``) is found as well.
+    """
+    copy: dict[str, Any] = redact_structure(message, secrets)
     return copy
 
 
