@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .files import FILE_MODE, private_dir
 from .times import iso_utc
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,8 @@ class SessionStore:
         self.max_bytes = max_bytes
         self.clock = clock
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.archive_dir.mkdir(exist_ok=True)
+        private_dir(self.root)
+        private_dir(self.archive_dir)
 
     def path_for(self, key: str) -> Path:
         """Where the session file of ``key`` lives (it cannot escape ``root``)."""
@@ -220,7 +221,7 @@ class SessionStore:
         session = self._session(key)
         now = self.clock()
         ts = iso_utc(now)
-        fd = os.open(session.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(session.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             # fstat, not a cached size, says whether the file is new: another process
             # (``cloudybot sessions rotate``) may have archived it since we last wrote.
