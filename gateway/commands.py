@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import validation
 from .errors import BadRequest, NotFound
+from .secrets import refuse_saved_passwords
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -43,6 +44,8 @@ async def run_command(gateway: Gateway, command: Command, user: User, ref: Threa
         try:
             validation.memory_key(key)
             validation.memory_value(value.strip())
+            await refuse_saved_passwords(gateway.store, gateway.secret_box, user.user_id,
+                                         {"key": key, "value": value.strip()})
             await gateway.store.put_pinned(ref, key, value.strip(),
                                            gateway.settings.max_pinned_keys)
         except BadRequest as exc:

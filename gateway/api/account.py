@@ -7,6 +7,7 @@ from aiohttp import web
 from .. import validation
 from ..billing import period_bounds
 from ..errors import BadRequest, NotFound
+from ..secrets import REDACTED, refuse_saved_passwords
 from ..store import Charge, SecretRecord
 from .context import caller, int_param
 from .middleware import read_json_object
@@ -84,6 +85,8 @@ async def put_specialist(request: web.Request) -> web.Response:
     body = await read_json_object(request)
     instructions = validation.text(body.get("instructions"), "instructions",
                                    validation.MAX_INSTRUCTIONS_CHARS)
+    await refuse_saved_passwords(gateway.store, gateway.secret_box, user.user_id,
+                                 {"name": name, "instructions": instructions})
     await gateway.store.put_specialist(user.user_id, name, instructions)
     return _specialist(name, instructions)
 
@@ -126,6 +129,10 @@ async def put_credential(request: web.Request) -> web.Response:
         # would cut ordinary words apart.
         raise BadRequest(f"password must be at least {MIN_PASSWORD_CHARS} characters",
                          code="invalid_password")
+    if password in REDACTED:
+        # Every redaction would then show it.
+        raise BadRequest("password must not be part of the redaction marker "
+                         f"{REDACTED!r}", code="invalid_password")
     blob = gateway.secret_box.seal({"username": username, "password": password}, user.user_id)
     records = await gateway.store.put_credential(user.user_id, site.strip(), blob)
     return await _credential_list(request, records)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import validation
+from ..secrets import refuse_saved_passwords
 from ..store import ThreadRef
 from .context import caller, thread_from_query
 from .middleware import read_json_object
@@ -22,12 +23,15 @@ async def get_memory(request: web.Request) -> web.Response:
 
 
 async def put_memory(request: web.Request) -> web.Response:
-    """Set one pinned key; answer with the whole memory."""
-    gateway, _ = caller(request)
+    """Set one pinned key; answer with the whole memory. 400 ``contains_secret`` if the key or
+    value holds one of the caller's saved passwords."""
+    gateway, user = caller(request)
     ref = await thread_from_query(request)
     body = await read_json_object(request)
     key = validation.memory_key(body.get("key"))
     value = validation.memory_value(body.get("value"))
+    await refuse_saved_passwords(gateway.store, gateway.secret_box, user.user_id,
+                                 {"key": key, "value": value})
     memory = await gateway.store.put_pinned(ref, key, value, gateway.settings.max_pinned_keys)
     return _memory(ref, memory)
 
