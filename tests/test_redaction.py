@@ -1,0 +1,343 @@
+"""Saved passwords are redacted in every encoding (SPEC §11): raw, JSON-escaped, inside tool-call
+arguments and tool results, URL-encoded, base64; and pinned values or specialist instructions
+that hold one are refused with 400 ``contains_secret``.
+
+Property tests check :mod:`gateway.secrets` on any password and any JSON structure; the rest go
+end to end through the real app, the fake OpenAI-compatible server and the chat commands.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.commands import run_command
+from gateway.inbound import Command
+from gateway.plugins import PluginManager
+from gateway.secrets import (
+    REDACTED,
+    Redactor,
+    redact,
+    redact_json_text,
+    redact_structure,
+    redactor_for,
+)
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
+from gateway.tools import ToolContext
+from tests.conftest import Harness
+from tests.helpers import assert_json_error
+from tests.test_agent_tools import register_tool
+
+UMLAUT_PASSWORD = "Hunter2-Pässwörd"
+QUOTED_PASSWORD = 'Hunter2-"quoted"\\back\\slash'
+MEMORY = "/api/user/memory"
+CREDENTIALS = "/api/user/browser-credentials"
+
+
+def encodings(password: str) -> set[str]:
+    """Every form of ``password`` that must not appear in anything the gateway produces."""
+    raw = password.encode("utf-8")
+    escaped = json.dumps(password)[1:-1]
+    upper_hex = "".join(re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m[1].upper(),
+                               json.dumps(c)[1:-1]) for c in password)
+    forms = {
+        password,
+        escaped,                                            # json.dumps default: \u00e4, \", \\
+        upper_hex,                                          # \u00E4
+        json.dumps(password, ensure_ascii=False)[1:-1],     # \", \\ only
+        escaped.replace("/", "\\/"),                        # \/ as some encoders write it
+        json.dumps(json.dumps(password))[1:-1],             # JSON text inside a JSON string
+        quote(password), quote(password, safe=""), quote_plus(password),
+    }
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        forms |= {encoded.decode("ascii"), encoded.decode("ascii").rstrip("=")}
+    return forms
+
+
+def leaked(password: str, *texts: str) -> list[str]:
+    """The forms of ``password`` found in ``texts`` (empty: nothing leaked)."""
+    return sorted({form for form in encodings(password) for text in texts if form in text})
+
+
+def strings_of(value: Any) -> Iterator[str]:
+    """Every string in a decoded JSON structure, keys included; JSON strings decoded too."""
+    if isinstance(value, str):
+        yield value
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return
+        if isinstance(inner, dict | list):
+            yield from strings_of(inner)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings_of(key)
+            yield from strings_of(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_of(item)
+
+
+def assert_no_form(password: str, value: Any) -> None:
+    """Neither ``value`` encoded (both ways) nor any string inside it holds a form of it."""
+    texts = [json.dumps(value), json.dumps(value, ensure_ascii=False), *strings_of(value)]
+    assert leaked(password, *texts) == [], value
+
+
+# --- properties ------------------------------------------------------------------------------
+UNICODE = st.characters(blacklist_categories=("Cs",))  # any code point but a lone surrogate
+TRICKY = st.sampled_from(list('"\\/ +%=\n\täöß€😀\u2028'))
+passwords = st.text(alphabet=UNICODE | TRICKY, min_size=8, max_size=24).filter(
+    lambda p: p not in REDACTED)  # such passwords are refused when saved
+
+
+@st.composite
+def with_password(draw: st.DrawFn) -> tuple[str, Any]:
+    """A password and a JSON structure (tool arguments or a tool result) holding it."""
+    password = draw(passwords)
+    planted = st.tuples(st.text(UNICODE, max_size=4), st.text(UNICODE, max_size=4)).map(
+        lambda around: around[0] + password + around[1])
+    strings = st.text(UNICODE, max_size=8) | planted
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | strings
+    tree = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(strings, inner, max_size=3), max_leaves=8)
+    structure = draw(st.dictionaries(strings, tree, max_size=3))
+    structure[draw(strings) + "·"] = draw(planted)  # at least once, also as a value
+    return password, structure
+
+
+PROPERTY = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(case=with_password(), ensure_ascii=st.booleans())
+def test_tool_arguments_come_out_valid_json_without_the_password(
+        case: tuple[str, Any], ensure_ascii: bool) -> None:
+    password, arguments = case
+    text = redact_json_text(json.dumps(arguments, ensure_ascii=ensure_ascii), [password])
+    assert leaked(password, text) == []
+    assert_no_form(password, json.loads(text))
+
+
+@PROPERTY
+@given(case=with_password(), ensure_ascii=st.booleans())
+def test_a_tool_exchange_redacted_as_a_structure_holds_no_form_of_the_password(
+        case: tuple[str, Any], ensure_ascii: bool) -> None:
+    password, value = case
+    encoded = json.dumps(value, ensure_ascii=ensure_ascii)
+    exchange = [
+        {"role": "assistant", "content": f"calling with {password}", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "browser", "arguments": encoded}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": encoded},
+    ]
+    redacted = redact_structure(exchange, [password])
+    assert_no_form(password, redacted)
+    # as the session file writes it: each event once more as JSON
+    assert leaked(password, *(json.dumps(m, ensure_ascii=False) for m in redacted)) == []
+    assert json.loads(redacted[0]["tool_calls"][0]["function"]["arguments"]) is not None
+
+
+@PROPERTY
+@given(case=with_password(), ensure_ascii=st.booleans())
+def test_a_json_tool_result_redacted_as_text_holds_no_form_of_the_password(
+        case: tuple[str, Any], ensure_ascii: bool) -> None:
+    password, result = case
+    assert leaked(password, redact(json.dumps(result, ensure_ascii=ensure_ascii),
+                                   [password])) == []
+
+
+@PROPERTY
+@given(password=passwords, parts=st.lists(st.text(UNICODE, max_size=6), min_size=2,
+                                          max_size=6), data=st.data())
+def test_text_holding_any_encoding_of_the_password_comes_out_clean(
+        password: str, parts: list[str], data: st.DataObject) -> None:
+    forms = sorted(encodings(password))
+    chosen = [data.draw(st.sampled_from(forms)) for _ in parts[1:]]
+    text = parts[0] + "".join(form + part for form, part in zip(chosen, parts[1:], strict=True))
+    assert leaked(password, redact(text, [password])) == []
+
+
+@PROPERTY
+@given(password=passwords, prefix=st.binary(max_size=5), suffix=st.binary(max_size=5))
+def test_base64_of_the_password_at_any_offset_is_redacted(
+        password: str, prefix: bytes, suffix: bytes) -> None:
+    blob = prefix + password.encode("utf-8") + suffix
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        text = encode(blob).decode("ascii")
+        out = redact(text, [password])
+        assert out != text
+        assert leaked(password, out) == []
+
+
+# --- examples --------------------------------------------------------------------------------
+def test_the_issue_example_arguments_keep_their_shape_and_other_text_is_untouched() -> None:
+    arguments = json.dumps({"timezone": UMLAUT_PASSWORD, "other": ["x", UMLAUT_PASSWORD]})
+    assert "\\u00e4" in arguments
+    assert json.loads(redact_json_text(arguments, [UMLAUT_PASSWORD])) == {
+        "timezone": REDACTED, "other": ["x", REDACTED]}
+    # without the password, text and JSON formatting stay exactly as they were
+    clean = '{"timezone":"Europe/Berlin",  "note": "P\\u00e4ssw\\u00f6rd"}'
+    assert redact_json_text(clean, [UMLAUT_PASSWORD]) == clean
+    assert redact("Hunter2-Passwort, almost", [UMLAUT_PASSWORD]) == "Hunter2-Passwort, almost"
+
+
+def test_a_json_tool_result_stays_valid_json() -> None:
+    result = json.dumps({"ok": True, "echo": f"tz={QUOTED_PASSWORD}"})
+    assert json.loads(redact(result, [QUOTED_PASSWORD])) == {"ok": True, "echo": "tz=" + REDACTED}
+
+
+def test_a_password_spanning_two_json_strings_gives_up_the_value_not_the_json() -> None:
+    password = 'user", "pass'
+    arguments = json.dumps(["user", "pass"])
+    assert json.loads(redact_json_text(arguments, [password])) == REDACTED
+
+
+def test_the_redactor_is_built_once_per_set_of_secrets() -> None:
+    first = redactor_for(["abcdefgh", "ijklmnop"])
+    assert redactor_for(("ijklmnop", "abcdefgh", "")) is first
+    assert isinstance(first, Redactor)
+    assert first.contains(base64.b64encode(b"ijklmnop").decode("ascii"))
+
+
+# --- end to end: a tool called with the password ---------------------------------------------
+async def save_password(harness: Harness, auth: dict[str, str], password: str) -> None:
+    response = await harness.client.put(CREDENTIALS, headers=auth, json={
+        "site": "example.com", "username": "ada", "password": password})
+    assert response.status == 200, await response.text()
+
+
+def session_texts(data_dir: Path) -> list[str]:
+    """Every session file's text, archives included."""
+    files = sorted((data_dir / "sessions").rglob("*.jsonl"))
+    assert files
+    return [path.read_text(encoding="utf-8") for path in files]
+
+
+@pytest.mark.parametrize(("password", "ensure_ascii"), [
+    (UMLAUT_PASSWORD, True), (UMLAUT_PASSWORD, False), (QUOTED_PASSWORD, True),
+    (QUOTED_PASSWORD, False)])
+async def test_a_tool_called_with_the_password_leaks_it_nowhere(
+        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager, data_dir: Path,
+        password: str, ensure_ascii: bool) -> None:
+    seen: list[str] = []
+
+    async def set_timezone(arguments: dict[str, Any], context: ToolContext) -> Any:
+        seen.append(arguments["timezone"])
+        return {"ok": False, "error": "unknown timezone", "timezone": arguments["timezone"]}
+
+    register_tool(pm, "set_timezone", set_timezone)
+    harness = await start_gateway()
+    auth = await harness.user()
+    await save_password(harness, auth, password)
+    arguments = json.dumps({"timezone": password}, ensure_ascii=ensure_ascii)
+    quoted = json.dumps({"timezone": password})
+    fake_llm.script += [
+        Scripted(body=tool_call_completion([("c1", "set_timezone", arguments)])),
+        Scripted(body=completion(f"The tool said {quoted}; URL {quote(password)}."))]
+
+    first = await harness.chat(auth, "set my timezone")
+    assert first.status == 200, await first.text()
+    reply = await first.text()
+    second = await harness.chat(auth, "thanks")  # replays the stored tool exchange
+    assert second.status == 200, await second.text()
+
+    assert seen == [password]  # the tool itself got the real password
+    assert leaked(password, reply) == []
+    assert json.loads(reply)["reply"].startswith("The tool said")
+    for text in session_texts(data_dir):
+        assert leaked(password, text) == []
+        for line in text.splitlines():
+            assert_no_form(password, json.loads(line))
+    events = [json.loads(line) for text in session_texts(data_dir) for line in text.splitlines()]
+    calls = [c for e in events if e.get("type") == "tool_calls" for c in e["calls"]]
+    assert [json.loads(c["arguments"]) for c in calls] == [{"timezone": REDACTED}]
+    results = [e["content"] for e in events if e.get("type") == "tool_result"]
+    assert [json.loads(r)["timezone"] for r in results] == [REDACTED]
+    thread = await harness.client.get("/api/threads/t1", headers=auth)
+    body = await thread.json()
+    assert len(body["messages"]) == 4 and len(body["display_messages"]) == 4
+    assert leaked(password, await thread.text()) == []
+    assert_no_form(password, body)
+    # replayed to the model from the session (the system prompt holds the login on purpose)
+    replayed = [m for m in fake_llm.chat_requests[-1].messages if m["role"] != "system"]
+    assert any(m.get("tool_calls") for m in replayed)
+    assert_no_form(password, replayed)
+
+
+# --- 400 contains_secret -------------------------------------------------------------------------
+def stored_forms(password: str) -> list[str]:
+    """A value holding the password raw, JSON-escaped, URL-encoded and in base64."""
+    return [f"wifi is {password}", json.dumps({"wifi": password}), f"?p={quote_plus(password)}",
+            "b64:" + base64.b64encode(b"pw=" + password.encode("utf-8")).decode("ascii")]
+
+
+@pytest.mark.parametrize("form", range(4))
+@pytest.mark.parametrize("password", [UMLAUT_PASSWORD, QUOTED_PASSWORD])
+async def test_a_pinned_value_holding_a_saved_password_is_refused(
+        harness: Harness, password: str, form: int) -> None:
+    auth = await harness.user()
+    await save_password(harness, auth, password)
+    response = await harness.client.put(MEMORY, params={"threadId": "t1"}, headers=auth,
+                                        json={"key": "wifi", "value": stored_forms(password)[form]})
+    error = await assert_json_error(response, 400, "contains_secret")
+    assert leaked(password, error["message"]) == []
+    ok = await harness.client.put(MEMORY, params={"threadId": "t1"}, headers=auth,
+                                  json={"key": "tz", "value": "Europe/Berlin"})
+    assert (await ok.json())["memory"] == {"tz": "Europe/Berlin"}
+    # only the caller's own saved passwords count
+    bob = await harness.user("bob")
+    theirs = await harness.client.put(MEMORY, params={"threadId": "t1"}, headers=bob,
+                                      json={"key": "wifi", "value": stored_forms(password)[form]})
+    assert theirs.status == 200, await theirs.text()
+
+
+@pytest.mark.parametrize("form", range(4))
+async def test_specialist_instructions_holding_a_saved_password_are_refused(
+        harness: Harness, form: int) -> None:
+    auth = await harness.user()
+    await save_password(harness, auth, QUOTED_PASSWORD)
+    response = await harness.client.put(
+        "/api/specialists/login", headers=auth,
+        json={"instructions": "Log in with " + stored_forms(QUOTED_PASSWORD)[form]})
+    await assert_json_error(response, 400, "contains_secret")
+    await assert_json_error(await harness.client.get("/api/specialists/login", headers=auth),
+                            404, "specialist_not_found")
+    ok = await harness.client.put("/api/specialists/login", headers=auth,
+                                  json={"instructions": "Log in with the saved login."})
+    assert ok.status == 200, await ok.text()
+
+
+async def test_remember_refuses_a_value_holding_a_saved_password(harness: Harness) -> None:
+    auth = await harness.user()
+    await save_password(harness, auth, UMLAUT_PASSWORD)
+    gateway = harness.gateway
+    user = await gateway.store.get_user("alice")
+    assert user is not None
+    ref = await gateway.resolve_thread("alice", "t1")
+    escaped = json.dumps(UMLAUT_PASSWORD)[1:-1]
+
+    refusal = await run_command(gateway, Command("remember", f"wifi {escaped}"), user, ref)
+    assert refusal.startswith("I can't pin that: value contains one of your saved passwords")
+    assert leaked(UMLAUT_PASSWORD, refusal) == []
+    assert await run_command(gateway, Command("remember", "tz Europe/Berlin"), user, ref) \
+        == "Pinned tz."
+    memory = await harness.client.get(MEMORY, params={"threadId": "t1"}, headers=auth)
+    assert (await memory.json())["memory"] == {"tz": "Europe/Berlin"}
+
+
+async def test_a_password_inside_the_redaction_marker_is_refused(harness: Harness) -> None:
+    auth = await harness.user()
+    response = await harness.client.put(CREDENTIALS, headers=auth, json={
+        "site": "example.com", "username": "ada", "password": "redacted"})
+    await assert_json_error(response, 400, "invalid_password")
