@@ -12,13 +12,11 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
-from .billing import OUT_OF_CREDITS, Admission, charge_for
+from .billing import Admission, CreditsBusy, UsageBounds, charge_for, shown
 from .errors import NotFound, PaymentRequired, ProviderError
 from .interfaces import Completion, CompletionRequest, PromptSection, TurnContext
 from .memory import accept_summary, fold_point, summary_request
@@ -35,7 +33,7 @@ from .store import (
     TurnCommit,
     TurnState,
 )
-from .tools import ToolContext, run_tool
+from .tools import ToolCall, ToolContext, run_tool
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -86,33 +84,61 @@ def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Cre
 
 
 async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
+    """One provider call. Whatever a provider plugin returns is checked: anything but text and
+    well-formed tool calls is a 502 now, not a crash later in the turn."""
     completion = await gw.provider.complete(request)
-    if not isinstance(completion, Completion):
+    if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
+            or not isinstance(completion.tool_calls, tuple) \
+            or not all(_well_formed(call) for call in completion.tool_calls):
         raise ProviderError(f"provider {gw.provider.name!r} returned no completion")
     return completion
 
 
-def _usage(gw: Gateway, completion: Completion,
-           count_prompt: Callable[[], int]) -> tuple[int, int]:
-    """Prompt and completion tokens as reported; when not, ``count_prompt()`` (our own count,
-    only then asked for) and the answer counted with tiktoken."""
-    prompt = completion.prompt_tokens
+def _well_formed(call: object) -> bool:
+    return isinstance(call, ToolCall) and all(
+        isinstance(part, str) for part in (call.id, call.name, call.arguments, call.malformed))
+
+
+def _usage(gw: Gateway, completion: Completion, counted_prompt: int,
+           max_tokens: int) -> tuple[int, int]:
+    """Prompt and completion tokens to bill for one call (SPEC §11).
+
+    A reported count is believed only as a non-negative integer within its :class:`UsageBounds`
+    (of ``counted_prompt``, our tiktoken count of what was sent, and ``max_tokens``). Otherwise
+    (with a warning), or when it is not reported, our own count is billed: ``counted_prompt``,
+    or the answer counted with tiktoken but never above the bound, so that a call never costs
+    more than the reservation made for it.
+    """
+    bounds = UsageBounds.of(counted_prompt, max_tokens)
+    prompt = _believed(gw, "prompt", completion.prompt_tokens, bounds.prompt)
+    done = _believed(gw, "completion", completion.completion_tokens, bounds.completion)
     if prompt is None:
-        prompt = count_prompt()
-    done = completion.completion_tokens
+        prompt = counted_prompt
     if done is None:
-        done = gw.counter.count(completion.text) + sum(
+        done = min(bounds.completion, gw.counter.count(completion.text) + sum(
             gw.counter.count(c.name) + gw.counter.count(c.arguments)
-            for c in completion.tool_calls)
+            for c in completion.tool_calls))
     return prompt, done
+
+
+def _believed(gw: Gateway, name: str, reported: object, limit: int) -> int | None:
+    """A reported token count if it is an integer in ``0..limit``; else None, with a warning."""
+    if reported is None:
+        return None
+    if type(reported) is int and 0 <= reported <= limit:
+        return reported
+    log.warning("provider %r reported %s tokens = %s, not a count within 0..%d; billing the "
+                "gateway's own count", gw.provider.name, name, shown(reported), limit)
+    return None
 
 
 async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
                      admission: Admission, balance: int, run: _AgentRun) -> None:
     """Call the provider; while it asks for tools, run them and call again (bounded).
 
-    Each call first reserves its worst case: with nothing left, the first call is a 402 and a
-    later (tool) round ends the turn with a message. When tool results no longer fit under
+    Each call first reserves its worst case: with nothing left, the first call is a 402 (a 429
+    ``credits_busy`` if other turns only hold what is left) and a later (tool) round ends the
+    turn with a message. When tool results no longer fit under
     MAX_CONTEXT, the oldest history units go first; only when none is left does the agent stop.
     """
     settings = gw.settings
@@ -125,15 +151,19 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
         estimate = gw.estimate_call(prompt_tokens)
         try:
             admission.reserve(balance, estimate, spent=sum(c.credits for c in run.charges))
-        except PaymentRequired:
+        except (PaymentRequired, CreditsBusy) as refusal:
             if round_number == 0:
                 raise
             run.text = ("I ran out of AI credits while working with tools, so I stopped "
-                        "before finishing. Ask the operator for more credits.")
+                        "before finishing. Ask the operator for more credits."
+                        if isinstance(refusal, PaymentRequired) else
+                        "I stopped before finishing: your other requests in progress hold the "
+                        "rest of your AI credits. Ask again in a moment.")
             return
         completion = await _call_provider(gw, CompletionRequest(
             messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
-        used_prompt, used_completion = _usage(gw, completion, partial(int, prompt_tokens))
+        used_prompt, used_completion = _usage(gw, completion, prompt_tokens,
+                                              settings.llm_max_tokens)
         run.prompt_tokens += used_prompt
         run.completion_tokens += used_completion
         run.charges.append(charge_for(settings, "chat" if round_number == 0 else "tool_round",
@@ -216,8 +246,7 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
             raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
         plan = settings.plans.get(user.plan)
         gw.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
-        if admission.available(user.credits) <= 0:
-            raise PaymentRequired(OUT_OF_CREDITS)
+        admission.require(user.credits)  # 402 if spent; 429 if other turns hold what is left
         return await _answer(gw, user_id, ref, message, specialist, inbound, state,
                              user.credits, admission)
 
@@ -321,7 +350,11 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
 
 
 async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
-    """Fold older messages into the summary; on any failure change nothing. True if applied."""
+    """Fold older messages into the summary; on any failure change nothing. True if applied.
+
+    Like a turn's calls, the summarization call reserves its worst case first, so that turns of
+    the same user in flight on other threads count it.
+    """
     settings = gw.settings
     messages = pending.messages
     cut = fold_point(messages, settings.keep_recent)
@@ -332,32 +365,41 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         return False
     folded = messages[:cut]
     request = summary_request(pending.summary, folded, settings.llm_model)
-    try:
-        completion = await _call_provider(gw, request)
-    except ProviderError as exc:
-        log.warning("summarization of %s failed (%s); will retry on a later turn",
-                    pending.ref.session_key, exc.message)
-        return False
-    summary = accept_summary(redact(completion.text, pending.secrets))
-    if summary is None:
-        log.warning("summarization of %s returned nothing usable; will retry on a later turn",
-                    pending.ref.session_key)
-        return False
-    prompt_tokens, completion_tokens = _usage(
-        gw, completion, lambda: gw.counter.messages(request.messages))
-    charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
-                        completion_tokens)
-    applied = await gw.store.commit_summary(SummaryCommit(
-        session_key=pending.ref.session_key,
-        billed_user=pending.billed_user,
-        expected_version=pending.version,
-        summary=summary,
-        summary_tokens=gw.counter.count(summary),
-        folded_through_id=folded[-1].id,
-        charge=charge,
-    ))
+    counted = gw.counter.messages(request.messages)
+    with gw.credit_guard.admit(pending.billed_user) as admission:  # before the balance is read
+        user = await gw.store.get_user(pending.billed_user)
+        try:
+            admission.reserve(user.credits if user is not None else 0,
+                              gw.estimate_call(counted, request.max_tokens))
+        except (PaymentRequired, CreditsBusy):
+            log.info("summarization of %s postponed: the credits are spent or held by turns "
+                     "in flight", pending.ref.session_key)
+            return False
+        try:
+            completion = await _call_provider(gw, request)
+        except ProviderError as exc:
+            log.warning("summarization of %s failed (%s); will retry on a later turn",
+                        pending.ref.session_key, exc.message)
+            return False
+        summary = accept_summary(redact(completion.text, pending.secrets))
+        if summary is None:
+            log.warning("summarization of %s returned nothing usable; will retry on a later "
+                        "turn", pending.ref.session_key)
+            return False
+        prompt_tokens, completion_tokens = _usage(gw, completion, counted, request.max_tokens)
+        charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
+                            completion_tokens)
+        applied = await gw.store.commit_summary(SummaryCommit(
+            session_key=pending.ref.session_key,
+            billed_user=pending.billed_user,
+            expected_version=pending.version,
+            summary=summary,
+            summary_tokens=gw.counter.count(summary),
+            folded_through_id=folded[-1].id,
+            charge=charge,
+        ))
+        admission.settle(charge.credits if applied else 0)  # a discarded summary is not charged
     if applied:
-        gw.credit_guard.charged(pending.billed_user, charge.credits)
         gw.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
     else:
         log.info("summarization of %s discarded: the thread changed meanwhile",

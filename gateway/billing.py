@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,18 +16,75 @@ from .store import Charge
 from .times import iso
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
+CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
+                "retry in a moment")
+CREDITS_BUSY_RETRY_SECONDS = 1.0
+
+# SPEC §11: the most usage the gateway believes of one call. Reported usage beyond it (or not a
+# non-negative integer) is not believed: the gateway bills its own tiktoken count instead.
+PROMPT_TOKENS_FACTOR = 4
+PROMPT_TOKENS_SLACK = 1000
+COMPLETION_TOKENS_SLACK = 64
+LEDGER_MODEL_CHARS = 100
+
+
+class CreditsBusy(RateLimited):
+    """Credits are left, but other turns of the user in flight hold them all: retry soon."""
+
+    code = "credits_busy"
+
+    def __init__(self) -> None:
+        super().__init__(CREDITS_BUSY, retry_after=CREDITS_BUSY_RETRY_SECONDS)
+
+
+# --- what a call costs ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UsageBounds:
+    """The most tokens one call can be billed for: ``prompt`` and ``completion``."""
+
+    prompt: int
+    completion: int
+
+    @classmethod
+    def of(cls, counted_prompt: int, max_tokens: int) -> UsageBounds:
+        """The bounds of a call whose prompt counts ``counted_prompt`` tokens (by tiktoken)
+        and whose reply may take ``max_tokens``."""
+        return cls(PROMPT_TOKENS_FACTOR * counted_prompt + PROMPT_TOKENS_SLACK,
+                   max_tokens + COMPLETION_TOKENS_SLACK)
+
+
+def shown(value: object) -> str:
+    """A short, always printable description of a value a provider reported (for logs)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"  # repr() may refuse very long ints
+    return reprlib.repr(value[:80] if isinstance(value, str) else value)
+
+
+def cost(settings: Settings, prompt_tokens: int, completion_tokens: int) -> int:
+    """Whole credits, rounded up, of a call at the configured model's price."""
+    price = settings.price_for(settings.llm_model)
+    exact = (prompt_tokens * price.prompt + completion_tokens * price.completion) / 1000
+    return math.ceil(exact - 1e-9)
 
 
 def charge_for(settings: Settings, kind: str, model: str, prompt_tokens: int,
                completion_tokens: int) -> Charge:
-    """The ledger entry of one call: whole credits, rounded up, at the model's price.
+    """The ledger entry of one call: whole credits, rounded up, at the configured model's price.
 
-    ``model`` is what the provider says it ran; if that has no price (``gpt-4o-2024-08-06``),
-    the configured model's price applies, then the default.
+    ``model`` is what the provider says it ran; it is kept in the ledger row for information
+    only. The price is always the configured model's (SPEC §11): a provider saying it ran a
+    cheaper model (or ``offline``) never makes a call cheaper, nor a pricier one dearer.
     """
-    price = settings.price_for(model, settings.llm_model)
-    cost = (prompt_tokens * price.prompt + completion_tokens * price.completion) / 1000
-    return Charge(kind, model, prompt_tokens, completion_tokens, math.ceil(cost - 1e-9))
+    name = model[:LEDGER_MODEL_CHARS] if isinstance(model, str) and model else settings.llm_model
+    return Charge(kind, name, prompt_tokens, completion_tokens,
+                  cost(settings, prompt_tokens, completion_tokens))
+
+
+def worst_case(settings: Settings, counted_prompt: int, max_tokens: int) -> int:
+    """The most credits one call can be billed (its :class:`UsageBounds` at the configured
+    price), at least one: a reservation of this much is never exceeded when the call settles."""
+    bounds = UsageBounds.of(counted_prompt, max_tokens)
+    return max(1, cost(settings, bounds.prompt, bounds.completion))
 
 
 # --- periods ----------------------------------------------------------------------------------
@@ -60,25 +118,30 @@ class Admission:
         self._snapshot = account.settled  # taken before the balance is read
         self._held = 0
 
-    def available(self, balance: int) -> int:
-        """Credits this turn may count on: ``balance`` (as read after admission) less what was
-        charged since and what other turns hold."""
+    def require(self, balance: int, spent: int = 0) -> None:
+        """Raise unless, counting what others hold and this turn's ``spent``, credits are
+        available: 402 when the balance itself is spent, 429 ``credits_busy`` when what is
+        left is only held by other turns in flight (they settle, usually for less, soon)."""
         account = self._account
-        return balance - (account.settled - self._snapshot) - account.reserved
+        own = balance - (account.settled - self._snapshot) - spent
+        if own - (account.reserved - self._held) > 0:
+            return
+        if own > 0:
+            raise CreditsBusy()
+        raise PaymentRequired(OUT_OF_CREDITS)
 
     def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Before a provider call: hold what this turn has ``spent`` so far plus ``estimate``
-        (the call's worst case) — or raise 402 if, counting what others hold and this turn's
-        spending, nothing is available."""
-        account = self._account
-        others = account.reserved - self._held
-        if balance - (account.settled - self._snapshot) - others - spent <= 0:
-            raise PaymentRequired(OUT_OF_CREDITS)
-        account.reserved += spent + estimate - self._held
+        (the call's worst case) — or raise as :meth:`require` does."""
+        self.require(balance, spent)
+        self._account.reserved += spent + estimate - self._held
         self._held = spent + estimate
 
     def settle(self, charged: int) -> None:
-        """The turn was stored and charged ``charged``: its hold becomes that charge."""
+        """The turn (or summarization) was charged ``charged``: its hold becomes that charge.
+
+        A hold covers the call's worst case (:func:`worst_case`), so settling never takes the
+        balance further below zero than one call's cost."""
         self._account.settled += charged
         self._release()
 
@@ -92,7 +155,9 @@ class CreditGuard:
 
     A turn is admitted before it reads the balance, then reserves its estimated cost: it may
     start only while ``balance - charged since admission - held by other turns`` is positive.
-    Settling replaces the hold by the real charge. In-process; a multi-instance store would hold
+    When it is not, the turn is refused with 402 if the balance itself is spent, or with 429
+    ``credits_busy`` if only the other turns' holds use it up. Settling replaces the hold by the
+    real charge, never more than the hold. In-process; a multi-instance store would hold
     reservations in the database instead.
     """
 
@@ -112,12 +177,6 @@ class CreditGuard:
             account.turns -= 1
             if account.turns == 0:
                 del self._accounts[user_id]
-
-    def charged(self, user_id: str, credits: int) -> None:
-        """A charge outside a turn (summarization) that turns in flight must count."""
-        account = self._accounts.get(user_id)
-        if account is not None:
-            account.settled += credits
 
 
 # --- rate limits -----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Tools the agent can call: what a tool is, and running one safely.
 
-A tool error or timeout becomes a result the model can read; it never crashes the turn.
+A tool error or timeout becomes a result the model can read; it never crashes the turn. So does
+a malformed call (SPEC §11): an unknown tool, arguments that are not JSON text of an object, or
+arguments nested deeper than ``MAX_ARGUMENT_DEPTH``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 MAX_RESULT_CHARS = 8000
+MAX_ARGUMENT_DEPTH = 64
+MAX_NAME_CHARS_SHOWN = 80
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,17 @@ class Tool:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call the model asked for; ``arguments`` is the raw JSON text it sent."""
+    """One call the model asked for; ``arguments`` is the raw JSON text it sent.
+
+    ``malformed`` says why the call cannot run when the provider sent it in a shape the gateway
+    will not run (arguments as a JSON object or number instead of text): the model reads it as
+    the call's error result. ``arguments`` then holds what was sent, encoded as JSON text.
+    """
 
     id: str
     name: str
     arguments: str
+    malformed: str = ""
 
     def as_message_part(self) -> dict[str, Any]:
         """The call as it appears in an assistant message's ``tool_calls``."""
@@ -68,16 +78,48 @@ def _as_text(result: Any) -> str:
     return text
 
 
+def nests_deeper_than(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` deep (brackets inside
+    strings do not count). A loop, not recursion: any depth is safe to ask about."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
 async def run_tool(tools: Mapping[str, Tool], call: ToolCall, context: ToolContext,
                    timeout: float) -> str:
     """Run one call and return the text the model will read (errors included)."""
+    if call.malformed:
+        return f"error: {call.malformed}"
     tool = tools.get(call.name)
     if tool is None:
-        return f"error: there is no tool named {call.name!r}"
+        return f"error: there is no tool named {call.name[:MAX_NAME_CHARS_SHOWN]!r}"
+    if nests_deeper_than(call.arguments, MAX_ARGUMENT_DEPTH):
+        return f"error: the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
     try:
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         return f"error: the arguments are not valid JSON ({exc.msg})"
+    except ValueError as exc:  # valid JSON Python will not read: an integer of 5,000 digits
+        return f"error: the arguments cannot be read ({exc})"
     if not isinstance(arguments, dict):
         return "error: the arguments must be a JSON object"
     try:
