@@ -22,6 +22,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import BadRequest, ConfigError
+from .files import private_dir, private_file
 from .prompt import Credential
 
 if TYPE_CHECKING:
@@ -49,11 +50,12 @@ def load_or_create_key(configured: str, data_dir: Path) -> bytes:
     if configured:
         return hashlib.sha256(configured.encode("utf-8")).digest()
     path = data_dir / KEY_FILE_NAME
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     try:
         # O_EXCL: two processes starting together never write two different keys.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        private_file(path)
         try:
             key = base64.urlsafe_b64decode(path.read_bytes().strip())
         except ValueError:
