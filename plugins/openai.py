@@ -2,12 +2,18 @@
 
 Retries 429 and 5xx answers (and dropped connections) with exponential backoff, honouring
 ``Retry-After``; a request that outlives ``CLOUDYBOT_LLM_TIMEOUT_SECONDS`` is a 504.
+
+The answer is untrusted input (SPEC §11): a body that is not a chat completion (no choices,
+nested too deep to parse, a tool call without an id or name) is a 502; usage counts that are
+not non-negative integers are treated as not reported; tool-call arguments that are not JSON
+text become a tool error the model reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import time
 from typing import Any
@@ -23,12 +29,16 @@ from gateway import (
     ProviderTimeout,
     hookimpl,
 )
+from gateway.billing import shown
 from gateway.tools import ToolCall
 
 log = logging.getLogger(__name__)
 BACKOFF_BASE_SECONDS = 0.5
 MAX_WAIT_SECONDS = 30.0
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# No call reads or writes a billion tokens: a larger count is not a count (the gateway then
+# applies SPEC §11's tighter bounds to what is left).
+MAX_REPORTED_TOKENS = 10**9
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -95,8 +105,8 @@ class OpenAIProvider(Provider):
                         continue
                     try:
                         body = await response.json(content_type=None)
-                    except (ValueError, aiohttp.ClientPayloadError):
-                        body = None
+                    except (ValueError, RecursionError, aiohttp.ClientPayloadError):
+                        body = None  # not JSON, or JSON nested too deep to read: malformed
                     if response.status != 200:
                         # The provider's words stay in our log; the client learns the status.
                         log.warning("LLM provider answered HTTP %d: %s", response.status,
@@ -122,28 +132,87 @@ class OpenAIProvider(Provider):
 
     @staticmethod
     def _parse(body: Any, model: str) -> Completion:
-        try:
-            message = body["choices"][0]["message"]
-            text = message.get("content") or ""
-            if not isinstance(text, str):
-                raise TypeError("content is not a string")
-            tool_calls = tuple(
-                ToolCall(str(call["id"]), str(call["function"]["name"]),
-                         call["function"].get("arguments") or "{}")
-                for call in message.get("tool_calls") or ())
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ProviderError(f"the LLM provider's answer is malformed ({exc})") from None
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-        prompt_tokens = usage.get("prompt_tokens")
-        completion_tokens = usage.get("completion_tokens")
+        """The answer as a :class:`Completion`; a body that is not a chat completion is a 502.
+        ``model`` (the one asked for) stands in when the answer names none."""
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise _malformed("it has no choices")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise _malformed("its choice has no message")
+        text = message.get("content")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise _malformed("the message content is not text")
+        calls = message.get("tool_calls")
+        if calls is None:
+            calls = []
+        if not isinstance(calls, list):
+            raise _malformed("tool_calls is not a list")
+        usage = body.get("usage")
+        if usage is None:
+            usage = {}
+        if not isinstance(usage, dict):
+            log.warning("the LLM provider reported usage %s, not an object; counting tokens "
+                        "ourselves", shown(usage))
+            usage = {}
+        reported = body.get("model")
         return Completion(
             text=text,
-            model=body.get("model") if isinstance(body.get("model"), str) else model,
-            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
-            completion_tokens=completion_tokens if isinstance(completion_tokens, int) else None,
-            tool_calls=tool_calls,
+            model=reported if isinstance(reported, str) and reported else model,
+            prompt_tokens=_token_count(usage, "prompt_tokens"),
+            completion_tokens=_token_count(usage, "completion_tokens"),
+            tool_calls=tuple(_tool_call(call) for call in calls),
             raw=body,
         )
+
+
+def _malformed(reason: str) -> ProviderError:
+    return ProviderError(f"the LLM provider's answer is malformed: {reason}")
+
+
+def _token_count(usage: dict[str, Any], key: str) -> int | None:
+    """A reported token count, or None when it is absent or not a plausible count."""
+    value = usage.get(key)
+    if value is None:
+        return None
+    if type(value) is int and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    log.warning("the LLM provider reported usage.%s = %s, not a token count; counting tokens "
+                "ourselves", key, shown(value))
+    return None
+
+
+def _tool_call(call: Any) -> ToolCall:
+    """One entry of ``tool_calls``. Without an id or a name it cannot be answered: a 502.
+    Arguments that are not JSON text make a call the model is told it got wrong."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        raise _malformed("a tool call has no function")
+    call_id, name = call.get("id"), function.get("name")
+    if not isinstance(call_id, str) or not call_id:
+        raise _malformed("a tool call has no id")
+    if not isinstance(name, str) or not name:
+        raise _malformed("a tool call has no function name")
+    arguments = function.get("arguments", "")
+    if isinstance(arguments, str):
+        return ToolCall(call_id, name, arguments or "{}")
+    try:
+        sent = json.dumps(arguments)
+    except (ValueError, RecursionError):
+        sent = "{}"
+    return ToolCall(call_id, name, sent, malformed=(
+        f"the arguments must be JSON text of an object (a string), not {_json_kind(arguments)}"))
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    kinds = {dict: "an object", list: "an array", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 @hookimpl(trylast=True)

@@ -40,12 +40,19 @@ class Recorded:
 
 @dataclass
 class Scripted:
-    """A canned answer: an HTTP status with a JSON body, optional headers and a delay."""
+    """A canned answer: an HTTP status with a JSON body, optional headers and a delay.
+
+    ``raw`` sends those bytes as the body instead of ``body`` as JSON (answers JSON cannot
+    encode, such as arrays nested 100,000 deep); ``release`` holds the answer until the event
+    is set (after ``delay``), for tests that need calls in flight at a known moment.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    raw: bytes | None = None
+    release: asyncio.Event | None = None
 
 
 def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
@@ -98,6 +105,11 @@ class FakeLLM:
         answer = self.script.pop(0) if self.script else self.responder(recorded)
         if answer.delay:
             await asyncio.sleep(answer.delay)
+        if answer.release is not None:
+            await answer.release.wait()
+        if answer.raw is not None:
+            return web.Response(body=answer.raw, status=answer.status, headers=answer.headers,
+                                content_type="application/json")
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
 
     async def start(self) -> None:
