@@ -25,11 +25,14 @@ class OfflineProvider(Provider):
     name = "offline"
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        """Answer from the prompt alone."""
+        """Answer from the prompt alone. No LLM reads or writes a token, and it says so: the
+        usage it reports is zero, so its answers cost nothing at any configured price."""
         messages = list(request.messages)
         if request.purpose == "summarize":
-            return Completion(self._summarize(messages[-1]["content"]), MODEL)
-        return Completion(self._reply(messages), MODEL)
+            text = self._summarize(messages[-1]["content"])
+        else:
+            text = self._reply(messages)
+        return Completion(text, MODEL, prompt_tokens=0, completion_tokens=0)
 
     @staticmethod
     def _summarize(data: str) -> str:
