@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -57,6 +58,9 @@ class Gateway:
         self.inbox = Inbox(self)
         self.outbox = Outbox(self)
         self._started = False
+        # Set when stop() begins: waits (delivery backoff, rate limits) end at once, leaving
+        # their work in the inbox/outbox for the next start.
+        self.stopping = asyncio.Event()
         self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
         self.accepting = False
@@ -125,6 +129,7 @@ class Gateway:
                 if channel.enabled:
                     await channel.start()
             self.outbox.open()
+            self.stopping.clear()
             self._started = True
             if self.settings.purge_interval_minutes > 0:
                 self._purger = asyncio.get_running_loop().create_task(
@@ -143,6 +148,7 @@ class Gateway:
             await asyncio.gather(self._purger, return_exceptions=True)
             self._purger = None
         self.accepting = False
+        self.stopping.set()
         for channel in self.channels.values():
             try:
                 await channel.stop()
@@ -192,6 +198,11 @@ class Gateway:
         summarizations) has finished."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the gateway begins to stop (check ``stopping``)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
 
     async def _cancel_background(self) -> None:
         while self._background:

@@ -140,8 +140,9 @@ class Inbox:
         self.gateway = gateway
         self.queues: ConversationQueues[InboundMessage] = ConversationQueues(
             self._handle, gateway.spawn, key=lambda m: m.conversation, what="inbound message")
-        # How a message over its plan's rate waits; tests swap in one that moves their clock.
-        self.wait_for_rate: Callable[[float], Awaitable[None]] = asyncio.sleep
+        # How a message over its plan's rate waits (cut short when the gateway stops); tests
+        # swap in one that moves their clock.
+        self.wait_for_rate: Callable[[float], Awaitable[None]] = gateway.pause
 
     # --- intake -------------------------------------------------------------------------
     async def receive(self, message: InboundMessage) -> bool:
@@ -294,6 +295,8 @@ class Inbox:
                     # A channel message is not refused for speed: it waits (its conversation
                     # waits behind it, in order) until the plan's window has room.
                     await self.wait_for_rate(exc.retry_after)
+                    if gw.stopping.is_set():
+                        return None  # stays in the inbox for the next start
                     continue
                 text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
             except PaymentRequired:

@@ -73,8 +73,9 @@ class Outbox:
             self._deliver, gateway.spawn, key=lambda d: d.conversation, what="delivery")
         self.backoff_seconds = FIRST_BACKOFF_SECONDS
         self.max_backoff_seconds = MAX_BACKOFF_SECONDS
-        # How a delivery waits for its next attempt; tests swap in one that moves their clock.
-        self.wait: Callable[[float], Awaitable[None]] = asyncio.sleep
+        # How a delivery waits for its next attempt (cut short when the gateway stops); tests
+        # swap in one that moves their clock.
+        self.wait: Callable[[float], Awaitable[None]] = gateway.pause
         self._open = asyncio.Event()
 
     def submit(self, delivery: Delivery) -> None:
@@ -118,6 +119,8 @@ class Outbox:
         while sent < len(chunks):
             if wait > 0:
                 await self.wait(wait)
+                if gw.stopping.is_set():
+                    return  # stays in the outbox, due at its next attempt, for the next start
             try:
                 await channel.send(address, chunks[sent])
             except DeliveryFailed as exc:

@@ -1,0 +1,327 @@
+"""Nothing acknowledged is lost: real ``cloudybot serve`` processes, killed with SIGKILL.
+
+Each test posts a backlog to a channel of a child gateway, kills it right after the last
+acknowledgement (most messages are still unanswered then), starts it again on the same data
+dir, and checks against the fake platform and the database that every acknowledged message
+was answered: one turn each, in arrival order per conversation. A reply whose sending was cut
+by the kill may be sent twice (delivery is at least once); no message is answered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
+from tests.fakes.slack import SIGNING_SECRET, FakeSlack, event_body, sign
+from tests.fakes.slack import TOKEN as SLACK_TOKEN
+from tests.fakes.telegram import SECRET, TOKEN, FakeTelegramChats
+from tests.helpers import until
+from tests.process import ServeProcess
+
+BACKLOG = 30
+CHATS = 3
+WAIT_SECONDS = 60.0
+
+
+@pytest.fixture
+async def slow_llm(fake_llm: FakeLLM) -> FakeLLM:
+    """Echoes, taking a moment per call: a backlog builds up behind the webhooks."""
+    def echo_slowly(request: Recorded) -> Scripted:
+        return Scripted(body=completion(f"echo: {request.messages[-1]['content']}"), delay=0.05)
+    fake_llm.responder = echo_slowly
+    return fake_llm
+
+
+def llm_env(fake_llm: FakeLLM) -> dict[str, str]:
+    return {"CLOUDYBOT_LLM_BASE_URL": fake_llm.url, "CLOUDYBOT_LLM_API_KEY": "sk-test",
+            "CLOUDYBOT_LLM_MODEL": "fake-model", "CLOUDYBOT_LLM_MAX_RETRIES": "0",
+            "CLOUDYBOT_DEFAULT_PLAN": "team"}  # no rate limit: the backlog is not throttled
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[ServeProcess]]:
+    """Children to kill at teardown, whatever happened."""
+    started: list[ServeProcess] = []
+    yield started
+    for process in started:
+        await process.ensure_stopped()
+
+
+def stored_user_messages(data_dir: Path) -> list[tuple[str, str]]:
+    """(session key, text) of every user message in the display transcripts, in order."""
+    with closing(sqlite3.connect(data_dir / "cloudybot.sqlite3")) as db:
+        return db.execute(
+            "SELECT t.session_key, d.content FROM display_messages d"
+            " JOIN threads t ON t.id = d.thread WHERE d.role = 'user' ORDER BY d.id").fetchall()
+
+
+def assert_each_answered_once_in_order(sent: list[tuple[str, str]],
+                                       stored: list[tuple[str, str]],
+                                       expected: dict[str, list[str]]) -> None:
+    """``sent``/``stored``: (conversation, text); ``expected``: the texts per conversation."""
+    for conversation, texts in expected.items():
+        assert [t for c, t in stored if c == conversation] == texts  # one turn each, in order
+        replies = [t for c, t in sent if c == conversation]
+        first_seen = list(dict.fromkeys(replies))
+        assert first_seen == [f"echo: {text}" for text in texts]
+    duplicates = sum(count - 1 for count in Counter(sent).values())
+    assert duplicates <= CHATS  # at most the send each conversation had in flight
+
+
+# --- Telegram (webhook) ------------------------------------------------------------------------
+def telegram_update(update_id: int, chat: int, text: str) -> dict[str, Any]:
+    return {"update_id": update_id, "message": {
+        "message_id": update_id, "date": 1767225600, "text": text,
+        "chat": {"id": chat, "type": "private", "first_name": "Ada"},
+        "from": {"id": chat, "is_bot": False, "first_name": "Ada"}}}
+
+
+@pytest.fixture
+async def fake_bot_api() -> AsyncIterator[FakeTelegramChats]:
+    server = FakeTelegramChats(TOKEN)
+    await server.start()
+    yield server
+    await server.close()
+
+
+async def test_telegram_webhook_backlog_survives_sigkill(
+        tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
+        processes: list[ServeProcess]) -> None:
+    env = {**llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
+           "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url,
+           "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": SECRET}
+    data_dir = tmp_path / "data"
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
+    async with aiohttp.ClientSession() as session:
+        for number in range(BACKLOG):
+            chat = 100 + number % CHATS
+            text = f"message {number}"
+            async with session.post(f"{first.url}/telegram/webhook",
+                                    json=telegram_update(1000 + number, chat, text),
+                                    headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as ok:
+                assert ok.status == 200
+            expected[f"telegram:{chat}"].append(text)
+    await first.kill()
+    answered_before = len(fake_bot_api.texts())
+    assert answered_before < BACKLOG  # the kill really cut a backlog short
+
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+
+    def sent() -> list[tuple[str, str]]:
+        return [(f"telegram:{call.params['chat_id']}", call.params["text"])
+                for call in fake_bot_api.calls_to("sendMessage")]
+    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+
+
+# --- Slack -------------------------------------------------------------------------------------
+@pytest.fixture
+async def fake_web_api() -> AsyncIterator[FakeSlack]:
+    server = FakeSlack(SLACK_TOKEN)
+    await server.start()
+    yield server
+    await server.close()
+
+
+async def test_slack_event_backlog_survives_sigkill(
+        tmp_path: Path, slow_llm: FakeLLM, fake_web_api: FakeSlack,
+        processes: list[ServeProcess]) -> None:
+    env = {**llm_env(slow_llm), "CLOUDYBOT_SLACK_BOT_TOKEN": SLACK_TOKEN,
+           "CLOUDYBOT_SLACK_SIGNING_SECRET": SIGNING_SECRET,
+           "CLOUDYBOT_SLACK_API_BASE": fake_web_api.base_url}
+    data_dir = tmp_path / "data"
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    expected: dict[str, list[str]] = {}
+    async with aiohttp.ClientSession() as session:
+        for number in range(BACKLOG):
+            channel = f"D0CHAT{number % CHATS}"
+            text = f"message {number}"
+            body = event_body({"type": "message", "channel_type": "im", "channel": channel,
+                               "user": "U0ADA", "text": text, "ts": f"1767226000.{number:06d}"},
+                              f"Ev{number}")
+            async with session.post(f"{first.url}/slack/events", data=body,
+                                    headers=sign(SIGNING_SECRET, body)) as ok:
+                assert ok.status == 200
+            expected.setdefault(f"slack:T0G9PQBBK:{channel}", []).append(text)
+    await first.kill()
+    assert len(fake_web_api.calls_to("chat.postMessage")) < BACKLOG
+
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+
+    def sent() -> list[tuple[str, str]]:
+        return [(f"slack:T0G9PQBBK:{call.params['channel']}", call.params["text"])
+                for call in fake_web_api.calls_to("chat.postMessage")]
+    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+
+
+# --- the example third-party channel (signed webhooks) ----------------------------------------
+class Callback:
+    """The example channel's callback receiver on loopback; ``failing`` answers 502."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.failing = False
+        self.refused = 0
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if self.failing:
+            self.refused += 1
+            return web.json_response({"error": "down"}, status=502)
+        self.received.append(json.loads(await request.read()))
+        return web.json_response({"ok": True})
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/replies", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/replies"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def callback() -> AsyncIterator[Callback]:
+    receiver = Callback()
+    await receiver.start()
+    yield receiver
+    await receiver.close()
+
+
+WEBHOOK_SECRET = "example-channel-secret"
+
+
+def webhook_env(fake_llm: FakeLLM, callback: Callback) -> dict[str, str]:
+    return {**llm_env(fake_llm), "CLOUDYBOT_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "CLOUDYBOT_WEBHOOK_CALLBACK_URL": callback.url}
+
+
+async def post_webhook(session: aiohttp.ClientSession, server: ServeProcess, message_id: str,
+                       conversation: str, text: str) -> int:
+    from cloudybot_webhook import signed_headers
+
+    body = json.dumps({"id": message_id, "conversation": conversation, "sender": "ada",
+                       "text": text}).encode()
+    async with session.post(f"{server.url}/webhook/messages", data=body,
+                            headers=signed_headers(WEBHOOK_SECRET, body)) as answer:
+        return answer.status
+
+
+async def test_example_webhook_channel_backlog_survives_sigkill(
+        tmp_path: Path, slow_llm: FakeLLM, callback: Callback,
+        processes: list[ServeProcess]) -> None:
+    pytest.importorskip("cloudybot_webhook")
+    env = webhook_env(slow_llm, callback)
+    data_dir = tmp_path / "data"
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    expected: dict[str, list[str]] = {}
+    async with aiohttp.ClientSession() as session:
+        for number in range(BACKLOG):
+            conversation = f"ticket-{number % CHATS}"
+            text = f"message {number}"
+            assert await post_webhook(session, first, f"m-{number}", conversation, text) == 202
+            expected.setdefault(f"webhook:{conversation}", []).append(text)
+    await first.kill()
+    assert len(callback.received) < BACKLOG
+
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+
+    def sent() -> list[tuple[str, str]]:
+        return [(f"webhook:{r['conversation']}", r["text"]) for r in callback.received]
+    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+
+
+async def test_a_reply_the_platform_refuses_for_a_while_arrives_once_across_a_restart(
+        tmp_path: Path, fake_llm: FakeLLM, callback: Callback,
+        processes: list[ServeProcess]) -> None:
+    pytest.importorskip("cloudybot_webhook")
+    env = webhook_env(fake_llm, callback)
+    data_dir = tmp_path / "data"
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    callback.failing = True
+    async with aiohttp.ClientSession() as session:
+        assert await post_webhook(session, first, "m-1", "ticket-1", "hello") == 202
+    await until(lambda: callback.refused >= 2, timeout=WAIT_SECONDS)  # retried with backoff
+    assert await first.terminate() == 0  # a clean stop: the reply stays in the outbox
+
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+    await until(lambda: callback.refused >= 3, timeout=WAIT_SECONDS)  # still retrying
+    callback.failing = False
+    await until(lambda: len(callback.received) == 1, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert [(r["inReplyTo"], r["text"]) for r in callback.received] == [("m-1", "echo: hello")]
+    assert len(fake_llm.chat_requests) == 1  # delivery never re-ran the agent
+    with closing(sqlite3.connect(data_dir / "cloudybot.sqlite3")) as db:
+        assert db.execute("SELECT count(*) FROM outbox").fetchone() == (0,)
+
+
+async def test_sigterm_with_a_long_backlog_stops_within_the_grace_period(
+        tmp_path: Path, fake_llm: FakeLLM, callback: Callback,
+        processes: list[ServeProcess]) -> None:
+    pytest.importorskip("cloudybot_webhook")
+    release = asyncio.Event()
+    fake_llm.responder = lambda request: Scripted(
+        body=completion(f"echo: {request.messages[-1]['content']}"), release=release)
+    env = {**webhook_env(fake_llm, callback), "CLOUDYBOT_SHUTDOWN_GRACE_SECONDS": "1"}
+    data_dir = tmp_path / "data"
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    async with aiohttp.ClientSession() as session:
+        for number in range(40):
+            status = await post_webhook(session, first, f"m-{number}", "ticket-1",
+                                        f"message {number}")
+            assert status == 202
+    await until(lambda: len(fake_llm.requests) == 1)  # the first turn hangs at the model
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await first.terminate(timeout=30) == 0
+    assert loop.time() - began < 10  # the grace (1 s) plus the server's own shutdown
+    assert callback.received == []
+
+    release.set()  # the model answers at once from now on
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+    await until(lambda: len(callback.received) == 40, timeout=WAIT_SECONDS)
+    assert [r["text"] for r in callback.received] == [f"echo: message {n}" for n in range(40)]
+    assert await second.terminate() == 0
