@@ -71,12 +71,12 @@ async def test_new_user_gets_the_plans_monthly_credits(harness: Harness) -> None
 async def test_chat_turn_lowers_credits_by_the_reported_usage(harness: Harness,
                                                               fake_llm: FakeLLM) -> None:
     auth = await harness.user("alice", credits=500)
-    fake_llm.script.append(Scripted(body=completion("a long answer", prompt_tokens=3000,
+    fake_llm.script.append(Scripted(body=completion("a long answer", prompt_tokens=1500,
                                                     completion_tokens=1000)))
     response = await harness.chat(auth, "hello")
     assert response.status == 200
     usage = (await response.json())["usage"]
-    assert usage["promptTokens"] == 3000
+    assert usage["promptTokens"] == 1500
     assert usage["completionTokens"] == 1000
     assert usage["credits"] > 1
     assert await credits_of(harness, auth) == 500 - usage["credits"]

@@ -128,7 +128,7 @@ async def test_usage_prints_balances_totals_and_the_latest_rows(
     auth = await add_user(data_dir, "alice", "--credits", "500")
     harness = await start_gateway()
     fake_llm.script += [Scripted(body=completion("a", 1000, 0)),
-                        Scripted(body=completion("b", 2000, 1000))]
+                        Scripted(body=completion("b", 1500, 1000))]
     assert (await harness.chat(auth, "one", thread="t1")).status == 200
     assert (await harness.chat(auth, "two", thread="t2")).status == 200
     await harness.gateway.store.charge_minutes("alice", "alice--t2", 4)
@@ -142,12 +142,12 @@ async def test_usage_prints_balances_totals_and_the_latest_rows(
     assert f"period {period}-01 to" in lines[0]
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip()}
     assert rows["kind"] == ["calls", "prompt", "tok", "compl.", "tok", "credits", "minutes"]
-    assert rows["chat"] == ["2", "3000", "1000", "6", "0"]
+    assert rows["chat"] == ["2", "2500", "1000", "6", "0"]
     assert rows["grant"] == ["1", "0", "0", "-500", "-30"]
     assert rows["browser"] == ["1", "0", "0", "0", "4"]
     latest = [line for line in lines if re.match(r"\d{4}-\d\d-\d\dT", line)]
     assert [line.split()[1] for line in latest] == ["browser", "chat", "chat", "grant"]
-    assert latest[1].split()[2:] == ["fake-model", "2000+1000", "5", "alice--t2"]
+    assert latest[1].split()[2:] == ["fake-model", "1500+1000", "5", "alice--t2"]
 
     limited = ok(await cloudybot(data_dir, "usage", "alice", "--limit", "2"))
     assert len([line for line in limited if re.match(r"\d{4}-\d\d-\d\dT", line)]) == 2

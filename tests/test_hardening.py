@@ -111,12 +111,12 @@ async def test_a_call_that_answered_is_billed_when_a_later_round_fails(
     auth = await harness.user(credits=1000)
     fake_llm.script = [
         Scripted(body=tool_call_completion([("c1", "calculator", '{"expression": "1+1"}')],
-                                           None, 5000, 500)),
+                                           None, 1500, 500)),
         Scripted(status=500, body={"error": {"message": "down"}})]
     response = await harness.chat(auth, "what is 1+1?")
     assert response.status == 502
     ledger = await harness.gateway.store.ledger("alice")
-    assert [(row.kind, row.prompt_tokens) for row in ledger] == [("grant", 0), ("chat", 5000)]
+    assert [(row.kind, row.prompt_tokens) for row in ledger] == [("grant", 0), ("chat", 1500)]
     credits = await (await harness.client.get("/api/user/credits", headers=auth)).json()
     assert credits["credits"] == 1000 - ledger[-1].credits
 

@@ -36,7 +36,7 @@ async def test_usage_lists_the_ledger_newest_first_with_every_field(
         harness: Harness, fake_llm: FakeLLM) -> None:
     auth = await harness.user("alice", credits=500)
     fake_llm.script += [Scripted(body=completion("one", 1000, 0)),
-                        Scripted(body=completion("two", 2000, 1000, model="fake-model-2"))]
+                        Scripted(body=completion("two", 1500, 1000, model="fake-model-2"))]
     assert (await harness.chat(auth, "first", thread="t1")).status == 200
     assert (await harness.chat(auth, "second", thread="t2")).status == 200
     await harness.gateway.store.charge_minutes("alice", "alice--t2", 3)
@@ -51,7 +51,7 @@ async def test_usage_lists_the_ledger_newest_first_with_every_field(
     assert [(e["kind"], e["model"], e["thread"], e["promptTokens"], e["completionTokens"],
              e["credits"], e["browserMinutes"]) for e in entries] == [
         ("browser", "", "alice--t2", 0, 0, 0, 3),
-        ("chat", "fake-model-2", "alice--t2", 2000, 1000, 5, 0),
+        ("chat", "fake-model-2", "alice--t2", 1500, 1000, 5, 0),
         ("chat", "fake-model", "alice--t1", 1000, 0, 1, 0),
         ("grant", "", None, 0, 0, -500, -30),
     ]
@@ -93,7 +93,7 @@ async def test_totals_are_per_kind_over_the_current_period_only(
     gateway = harness.gateway
     auth = await harness.user("alice", credits=500)
     fake_llm.script += [Scripted(body=completion("a", 1000, 0)),
-                        Scripted(body=completion("b", 2000, 100)),
+                        Scripted(body=completion("b", 1400, 300)),
                         Scripted(body=completion("c", 500, 500))]
     for message in ("a", "b", "c"):
         assert (await harness.chat(auth, message)).status == 200
@@ -113,7 +113,7 @@ async def test_totals_are_per_kind_over_the_current_period_only(
     assert body["totals"] == {
         "browser": {"count": 2, "promptTokens": 0, "completionTokens": 0, "credits": 0,
                     "browserMinutes": 5},
-        "chat": {"count": 2, "promptTokens": 2500, "completionTokens": 600, "credits": 5,
+        "chat": {"count": 2, "promptTokens": 1900, "completionTokens": 800, "credits": 5,
                  "browserMinutes": 0},  # 2.3 → 3 and 2.0 → 2
         "grant": {"count": 2, "promptTokens": 0, "completionTokens": 0, "credits": -540,
                   "browserMinutes": -30},
