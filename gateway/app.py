@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from .api.keys import gateway_key
-from .api.middleware import auth_middleware, errors_middleware
+from .api.middleware import auth_middleware, body_middleware, errors_middleware, headers_middleware
 from .gateway import Gateway
+from .logs import quiet_malformed_requests
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -26,8 +27,11 @@ async def _gateway_lifecycle(app: web.Application) -> AsyncIterator[None]:
 async def build_app(gateway: Gateway) -> web.Application:
     """The server for ``gateway``: each loaded channel contributes its routes."""
     await gateway.load_plugins()
+    quiet_malformed_requests()
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware],
+        # Headers are cleaned before auth reads them; bodies are read after auth, so a caller
+        # without a token never makes the server wait for (or buffer) a body.
+        middlewares=[errors_middleware, headers_middleware, auth_middleware, body_middleware],
         client_max_size=gateway.settings.max_request_bytes,
     )
     app[gateway_key] = gateway

@@ -2,12 +2,16 @@
 
 Channels register their secrets with :func:`redact_in_logs`; every log record's message is
 then checked and rewritten with the secret replaced. Installed once, process-wide.
+:func:`quiet_malformed_requests` keeps the raw bytes of requests aiohttp's parser refused (a
+token with a NUL byte in it) out of the log as well.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from aiohttp.http_exceptions import HttpProcessingError
 
 _secrets: set[str] = set()
 _installed = False
@@ -40,3 +44,25 @@ def redact_in_logs(*secrets: str) -> None:
 
     logging.setLogRecordFactory(factory)
     _installed = True
+
+
+class _MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a request its parser refused with the offending bytes (an Authorization
+    header with a NUL byte, say): keep the line, drop the bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "refused a malformed HTTP request from %s (%s, status %s)"
+            record.args = (remote, type(exc).__name__, exc.code)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_malformed_request_filter = _MalformedRequestFilter()
+
+
+def quiet_malformed_requests() -> None:
+    """Install the filter on aiohttp's server logger (idempotent)."""
+    logging.getLogger("aiohttp.server").addFilter(_malformed_request_filter)

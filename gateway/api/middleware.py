@@ -1,13 +1,17 @@
-"""HTTP errors are mapped once, here, to the SPEC's JSON error object; auth is checked here."""
+"""HTTP errors are mapped once, here, to the SPEC's JSON error object; auth is checked here,
+and every request's headers and body are made safe to read before a handler sees them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from multidict import CIMultiDict
 
 from ..errors import BadRequest, GatewayError, RateLimited
 from .keys import gateway_key, user_key
@@ -46,9 +50,81 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         code = _HTTP_CODES.get(exc.status, "http_error")
         message = exc.reason if exc.status != 413 else "request body too large"
         return error_response(exc.status, code, message)
+    except (HttpProcessingError, web.RequestPayloadError):
+        # A body aiohttp could not decode (bad chunking, bad gzip): the rest of the stream
+        # cannot be trusted.
+        return await _answer_and_close(
+            request, error_response(400, "invalid_body", "the request body is malformed"))
+    except UnicodeError as exc:
+        # Text from the request that is not UTF-8 reached code that encodes or decodes it.
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        return error_response(400, "invalid_encoding", "the request holds text that is not "
+                              "valid UTF-8")
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(500, "internal_error", "internal error")
+
+
+def _is_text(value: str) -> bool:
+    """False for a header aiohttp decoded with ``surrogateescape`` (bytes not UTF-8)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@web.middleware
+async def headers_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A header whose bytes are not UTF-8 is treated as absent.
+
+    Such a value can never equal a token, secret or signature, and as ``str`` it holds lone
+    surrogates that fail the first ``.encode()``. Without it, ``Authorization`` is no token
+    (401) and a webhook's secret header is no secret (403), in every handler alike.
+    """
+    headers = request.headers
+    if not all(_is_text(name) and _is_text(value) for name, value in headers.items()):
+        request = request.clone(headers=CIMultiDict(
+            (name, value) for name, value in headers.items()
+            if _is_text(name) and _is_text(value)))
+    return await handler(request)
+
+
+@web.middleware
+async def body_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Read the whole body within ``body_timeout_seconds`` before any handler runs.
+
+    ``request.read()`` keeps what it read, so handlers (channels included) get it at once;
+    a body that stalls is answered 408 and its connection closed, however the route reads.
+    """
+    # An unknown path or method is answered at once, without waiting for its body.
+    if request.body_exists and request.match_info.http_exception is None:
+        timeout = request.app[gateway_key].settings.body_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                await request.read()
+        except TimeoutError:
+            return await _answer_and_close(request, error_response(
+                408, "body_timeout", f"the request body did not arrive within {timeout:g} "
+                "seconds"))
+    return await handler(request)
+
+
+async def _answer_and_close(request: web.Request,
+                            response: web.StreamResponse) -> web.StreamResponse:
+    """Send ``response`` and close the connection at once.
+
+    aiohttp would otherwise linger, reading the rest of an unread body for up to ten seconds
+    before closing: the very wait a stalled or broken body must not cause.
+    """
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.protocol is not None:
+        request.protocol.force_close()  # the transport sends what was written, then closes
+    return response
 
 
 def _is_protected(path: str) -> bool:
@@ -70,7 +146,7 @@ async def read_json_object(request: web.Request) -> dict[str, object]:
     raw = await request.read()
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # also an integer longer than Python will parse
         raise BadRequest("the body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
