@@ -1,5 +1,5 @@
-"""The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, sessions
-list|show|rotate, plugins."""
+"""The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, deliveries,
+sessions list|show|rotate, plugins."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .gateway import Gateway
 from .plugins import describe_plugins, make_plugin_manager
 from .retention import PurgeReport, purge
 from .sessions import SessionStore, read_events
-from .store import ExpiredThread
+from .store import Delivery, ExpiredThread
 from .store.sqlite import SQLiteStore
 from .times import iso_utc
 from .tokens import TokenCounter
@@ -160,6 +160,32 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deliveries(args: argparse.Namespace) -> int:
+    """List channel replies still waiting for their platform, and those that failed."""
+    async def work(gw: Gateway) -> list[Delivery]:
+        return await gw.store.deliveries(limit=args.limit)
+
+    deliveries = _with_gateway(_settings(args), work)
+    if args.state != "all":
+        deliveries = [d for d in deliveries if d.state == args.state]
+    if not deliveries:
+        print("no pending or failed deliveries")
+        return 0
+    print(f"{'created (UTC)':<21}{'state':<9}{'tries':>5}  {'channel':<10}{'message':<22}"
+          f"conversation / next attempt or reason")
+    for delivery in deliveries:
+        print(f"{iso_utc(delivery.created)[:19]:<21}{delivery.state:<9}{delivery.attempts:>5}  "
+              f"{delivery.channel[:9]:<10}{delivery.message_id[:21]:<22}{delivery.conversation}")
+        if delivery.state == "pending":
+            detail = f"next attempt {iso_utc(delivery.next_attempt)[:19]}"
+            if delivery.last_error:
+                detail += f" (last error: {delivery.last_error})"
+        else:
+            detail = f"failed: {delivery.last_error}"
+        print(f"{'':<35}{detail}")
+    return 0
+
+
 def _session_store(settings: Settings) -> SessionStore:
     counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
     return SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
@@ -247,6 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="delete threads past their plan's retention")
     purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
     purge_.set_defaults(handler=cmd_purge)
+
+    deliveries = commands.add_parser(
+        "deliveries", parents=[common],
+        help="channel replies waiting for their platform, and failed ones")
+    deliveries.add_argument("--state", choices=("pending", "failed", "all"), default="all",
+                            help="which deliveries to list (all)")
+    deliveries.add_argument("--limit", type=int, default=100,
+                            help="newest deliveries to look at (100)")
+    deliveries.set_defaults(handler=cmd_deliveries)
 
     sessions = commands.add_parser("sessions", help="inspect agent sessions").add_subparsers(
         dest="sessions_command", required=True)

@@ -131,6 +131,38 @@ async def test_telegram_webhook_backlog_survives_sigkill(
     assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
 
 
+async def test_telegram_polling_backlog_survives_sigkill(
+        tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
+        processes: list[ServeProcess]) -> None:
+    env = {**llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
+           "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url}  # no secret: long polling
+    data_dir = tmp_path / "data"
+    expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
+    for number in range(BACKLOG):
+        chat = 100 + number % CHATS
+        fake_bot_api.updates.put_nowait(telegram_update(1000 + number, chat, f"message {number}"))
+        expected[f"telegram:{chat}"].append(f"message {number}")
+    first = ServeProcess(data_dir, env)
+    processes.append(first)
+    await first.start()
+    # Telegram forgets an update once a getUpdates call sends an offset above it: from then
+    # on only the gateway has it.
+    await until(lambda: fake_bot_api.confirmed_below > 1000 + BACKLOG - 1, timeout=WAIT_SECONDS)
+    await first.kill()
+    assert len(fake_bot_api.texts()) < BACKLOG
+
+    second = ServeProcess(data_dir, env)
+    processes.append(second)
+    await second.start()
+
+    def sent() -> list[tuple[str, str]]:
+        return [(f"telegram:{call.params['chat_id']}", call.params["text"])
+                for call in fake_bot_api.calls_to("sendMessage")]
+    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+
+
 # --- Slack -------------------------------------------------------------------------------------
 @pytest.fixture
 async def fake_web_api() -> AsyncIterator[FakeSlack]:

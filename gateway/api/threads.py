@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..store import Thread
+from ..gateway import DASHBOARD
+from ..store import Delivery, Thread
+from ..times import iso_utc
 from .context import caller, int_param, thread_from_path
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+MAX_DELIVERIES = 20
+
+
+def _delivery(delivery: Delivery) -> dict[str, object]:
+    """A channel reply not delivered (yet): pending with its next attempt, or failed."""
+    return {"messageId": delivery.message_id, "state": delivery.state,
+            "attempts": delivery.attempts, "createdAt": iso_utc(delivery.created),
+            "nextAttemptAt": iso_utc(delivery.next_attempt)
+            if delivery.state == "pending" else None,
+            "lastError": delivery.last_error}
 
 
 def _summary(thread: Thread) -> dict[str, object]:
@@ -25,7 +37,8 @@ async def list_threads(request: web.Request) -> web.Response:
 
 
 async def get_thread(request: web.Request) -> web.Response:
-    """Summary, rolling messages and a page of the display transcript (``?limit=&before=``)."""
+    """Summary, rolling messages, a page of the display transcript (``?limit=&before=``) and,
+    for a channel thread, its replies still pending or failed (``deliveries``)."""
     gateway, _ = caller(request)
     ref = await thread_from_path(request)
     limit = int_param(request, "limit", DEFAULT_PAGE, low=1, high=MAX_PAGE)
@@ -39,6 +52,9 @@ async def get_thread(request: web.Request) -> web.Response:
         "display_messages": [{"id": m.id, "role": m.role, "content": m.content,
                               "createdAt": m.created_at} for m in page.messages],
         "nextBefore": page.next_before,
+        "deliveries": [_delivery(d) for d in
+                       await gateway.store.deliveries(ref.session_key, MAX_DELIVERIES)]
+        if ref.channel != DASHBOARD else [],
     })
 
 

@@ -2,7 +2,9 @@
 
 Routes ``/bot{token}/{method}``: requests arrive form-encoded (every value a string, objects as
 JSON), answers are ``{"ok": true, "result": ...}``. Every call is recorded. ``fail_next``
-injects errors; ``updates`` feeds ``getUpdates`` (bounded long poll) for polling mode.
+injects errors; ``updates`` feeds ``getUpdates`` (bounded long poll) for polling mode. As the
+real Bot API, getUpdates keeps returning an update until a later call confirms it with an
+``offset`` above its ``update_id``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class FakeTelegram:
         self._server = LoopbackServer()
         self.base_url = ""
         self.polls = 0  # getUpdates calls answered
+        self.unconfirmed: list[dict[str, Any]] = []  # handed out, not yet confirmed
+        self.confirmed_below = 0  # the highest offset a getUpdates call sent
         self.polling_now = 0  # getUpdates calls in flight
         self.most_concurrent_polls = 0
 
@@ -134,17 +138,19 @@ class FakeTelegram:
 
     async def _poll(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
+        self.confirmed_below = max(self.confirmed_below, offset)
+        self.unconfirmed = [u for u in self.unconfirmed if u["update_id"] >= offset]
         timeout = min(float(params.get("timeout") or 0), 0.2)
-        updates: list[dict[str, Any]] = []
-        try:
-            first = await asyncio.wait_for(self.updates.get(), timeout) if timeout else \
-                self.updates.get_nowait()
-            updates.append(first)
-        except (TimeoutError, asyncio.QueueEmpty):
-            pass
+        if not self.unconfirmed:
+            try:
+                first = await asyncio.wait_for(self.updates.get(), timeout) if timeout else \
+                    self.updates.get_nowait()
+                self.unconfirmed.append(first)
+            except (TimeoutError, asyncio.QueueEmpty):
+                pass
         while not self.updates.empty():
-            updates.append(self.updates.get_nowait())
-        return self._ok([u for u in updates if u["update_id"] >= offset])
+            self.unconfirmed.append(self.updates.get_nowait())
+        return self._ok([u for u in self.unconfirmed if u["update_id"] >= offset])
 
     async def start(self) -> None:
         """Listen on a free port of 127.0.0.1."""
