@@ -9,7 +9,9 @@ Every figure comes from this machine in this run; every goal is a ratio or a bou
 4. prompt assembly: tokens/s, per-turn assembly time, token-count cache hit rate;
 5. sessions: append + rotation check with a 10 KB vs a 190 KB file;
 6. memory: peak RSS during (1), RSS after 10,000 threads were used;
-7. cold start: ``cloudybot serve`` to a healthy ``/healthz``.
+7. cold start: ``cloudybot serve`` to a healthy ``/healthz``;
+8. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
+   inbox and outbox vs the same gateway keeping them in memory (their cost).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import assembly, growth, sessions
+from bench import assembly, channel, growth, sessions
 from bench.load import (
     LoadResult,
     Server,
@@ -46,6 +48,7 @@ TARGETS = {
     "p50_ms_1_thread_inprocess": ("<=", 2.0),
     "peak_rss_mb": ("<", 120.0),
     "cold_start_s": ("<", 1.5),
+    "channel_inbox_throughput_ratio": (">=", 0.85),
 }
 
 
@@ -182,6 +185,13 @@ def print_table(figures: dict[str, Any]) -> None:
         ("RSS after N threads used", "rss_after_threads_mb", "{:.1f} MB"),
         ("  N", "threads_used", "{:,.0f}"),
         ("cold start to healthy /healthz", "cold_start_s", "{:.2f} s"),
+        ("channel path x8, durable inbox", "channel_durable_turns_per_s", "{:.0f} turns/s"),
+        ("channel path x8, inbox in memory", "channel_volatile_turns_per_s", "{:.0f} turns/s"),
+        ("  durable / in memory", "channel_inbox_throughput_ratio", "{:.2f}x"),
+        ("channel p50, durable inbox", "channel_durable_p50_ms", "{:.2f} ms"),
+        ("channel p50, inbox in memory", "channel_volatile_p50_ms", "{:.2f} ms"),
+        ("server CPU per channel turn, durable", "channel_durable_cpu_us", "{:.0f} µs"),
+        ("server CPU per channel turn, in memory", "channel_volatile_cpu_us", "{:.0f} µs"),
     ]
     results = verdicts(figures)
     for label, key, fmt in rows:
@@ -206,6 +216,7 @@ async def run(quick: bool) -> dict[str, Any]:
         figures.update(sessions.run())
         figures.update(await threads_memory(quick, tmp))
         figures["cold_start_s"] = cold_start(tmp, 3 if quick else 5)
+        figures.update(await channel.run(quick, tmp))
     return figures
 
 

@@ -1,7 +1,9 @@
-"""Run the real gateway for a benchmark: ``python -m bench.server DATA_DIR PORT``.
+"""Run the real gateway for a benchmark: ``python -m bench.server DATA_DIR PORT
+[--volatile-inbox]``.
 
 Configured through the environment like ``cloudybot serve``; adds the in-process provider
-plugin so that ``CLOUDYBOT_LLM_PROVIDER=inprocess`` works.
+plugin so that ``CLOUDYBOT_LLM_PROVIDER=inprocess`` works. ``--volatile-inbox`` keeps the
+channel inbox and outbox in memory (bench/channel.py compares the two).
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ def main() -> None:
     settings = load_settings(None)
     pm = make_plugin_manager()
     pm.register(inprocess, name="inprocess")
-    gateway = Gateway(settings, pm)
+    store = None
+    if "--volatile-inbox" in sys.argv[3:]:
+        from bench.channel import VolatileInboxStore
+        store = VolatileInboxStore(settings.database_path)
+    gateway = Gateway(settings, pm, store=store)
     assert settings.data_dir == data_dir
     web.run_app(build_app(gateway), host="127.0.0.1", port=port, print=None,
                 access_log=None)

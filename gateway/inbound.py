@@ -57,6 +57,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL_SECONDS = 4.0
+# A reply that comes this fast needs no "typing…" (a platform call as costly as the reply).
+TYPING_DELAY_SECONDS = 1.0
 SEALED_AS = "inbox"  # the associated data of sealed inbox payloads
 
 NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts only. "
@@ -112,12 +114,14 @@ class InboundMessage:
 
 @asynccontextmanager
 async def typing_indicator(show: Callable[[], Awaitable[None]] | None) -> AsyncIterator[None]:
-    """Call ``show`` every few seconds while the body runs (best effort)."""
+    """Call ``show`` every few seconds while the body runs, from the first second on (best
+    effort)."""
     if show is None:
         yield
         return
 
     async def keep_typing(show: Callable[[], Awaitable[None]]) -> None:
+        await asyncio.sleep(TYPING_DELAY_SECONDS)
         while True:
             try:
                 await show()
