@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -329,12 +330,19 @@ class Gateway:
         background, in order per conversation. Returns once the message is durable (False
         for a redelivery of one already taken): acknowledge the platform only then.
 
-        Raises :class:`Unavailable` (503) once the gateway is stopping, so that a webhook tells
-        its platform to deliver the message again later rather than losing it.
+        Raises :class:`Unavailable` (503) once the gateway is stopping, or when the message
+        cannot be stored (a locked or full disk), so that a webhook tells its platform to
+        deliver the message again later rather than losing it.
         """
         if not self.accepting:
             raise Unavailable("the gateway is shutting down; deliver this again later")
-        return await self.inbox.receive(message)
+        try:
+            return await self.inbox.receive(message)
+        except (sqlite3.Error, OSError) as exc:
+            log.error("cannot store %s message %s in the inbox: %s", message.channel,
+                      message.message_id, exc)
+            raise Unavailable("the message cannot be stored right now; deliver it again "
+                              "later") from None
 
     # --- sessions ----------------------------------------------------------------------------
     async def archive_session(self, session_key: str, reason: str) -> Rotation | None:

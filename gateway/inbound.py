@@ -113,15 +113,16 @@ class InboundMessage:
 
 
 @asynccontextmanager
-async def typing_indicator(show: Callable[[], Awaitable[None]] | None) -> AsyncIterator[None]:
-    """Call ``show`` every few seconds while the body runs, from the first second on (best
+async def typing_indicator(show: Callable[[], Awaitable[None]] | None,
+                           delay: float = TYPING_DELAY_SECONDS) -> AsyncIterator[None]:
+    """Call ``show`` every few seconds while the body runs, from ``delay`` seconds on (best
     effort)."""
     if show is None:
         yield
         return
 
     async def keep_typing(show: Callable[[], Awaitable[None]]) -> None:
-        await asyncio.sleep(TYPING_DELAY_SECONDS)
+        await asyncio.sleep(delay)
         while True:
             try:
                 await show()
@@ -147,6 +148,7 @@ class Inbox:
         # How a message over its plan's rate waits (cut short when the gateway stops); tests
         # swap in one that moves their clock.
         self.wait_for_rate: Callable[[float], Awaitable[None]] = gateway.pause
+        self.typing_delay_seconds = TYPING_DELAY_SECONDS
 
     # --- intake -------------------------------------------------------------------------
     async def receive(self, message: InboundMessage) -> bool:
@@ -290,7 +292,7 @@ class Inbox:
 
         for attempt in range(2):
             try:
-                async with typing_indicator(show_typing):
+                async with typing_indicator(show_typing, self.typing_delay_seconds):
                     result = await gw.chat(user.user_id, ref, message.text,
                                            inbound=(message.channel, message.message_id))
                 return result.reply

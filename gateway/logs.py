@@ -18,10 +18,13 @@ _installed = False
 MASK = "<redacted>"
 
 
-def _mask(text: str) -> str:
+def mask_secrets(text: str) -> str:
+    """``text`` with every secret registered by :func:`redact_in_logs` masked (for error
+    texts that are stored rather than logged, such as a delivery's last error)."""
     for secret in _secrets:
         text = text.replace(secret, MASK)
     return text
+
 
 
 def redact_in_logs(*secrets: str) -> None:
@@ -37,9 +40,9 @@ def redact_in_logs(*secrets: str) -> None:
         if _secrets:
             message = record.getMessage()
             if any(secret in message for secret in _secrets):
-                record.msg, record.args = _mask(message), None
+                record.msg, record.args = mask_secrets(message), None
             if record.exc_info:  # a traceback is formatted later: format and mask it now
-                record.exc_text = _mask(logging.Formatter().formatException(record.exc_info))
+                record.exc_text = mask_secrets(logging.Formatter().formatException(record.exc_info))
         return record
 
     logging.setLogRecordFactory(factory)

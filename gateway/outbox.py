@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from . import hooks
 from .interfaces import DeliveryFailed, DeliveryRetry
+from .logs import mask_secrets
 from .queues import ConversationQueues
 from .store import Delivery
 
@@ -58,10 +59,10 @@ def split_text(text: str, limit: int) -> list[str]:
 
 
 def describe(error: BaseException) -> str:
-    """A one-line reason for the delivery record (never a traceback)."""
+    """A one-line reason for the delivery record: no traceback, no bot token."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     name = type(error).__name__
-    return f"{name}: {text}"[:300] if text else name
+    return mask_secrets(f"{name}: {text}" if text else name)[:300]
 
 
 class Outbox:

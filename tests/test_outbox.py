@@ -168,3 +168,19 @@ async def test_the_cli_says_when_nothing_waits(data_dir: Path,
     harness = await start_gateway()
     await harness.client.close()
     assert ok(await cloudybot(data_dir, "deliveries")) == ["no pending or failed deliveries"]
+
+
+async def test_a_recorded_delivery_error_never_holds_a_channel_secret(
+        loop: LoopChannel, start_gateway: StartGateway) -> None:
+    from gateway.logs import redact_in_logs
+
+    redact_in_logs("123456:loop-bot-token")  # as a channel registers its bot token
+    harness = await start_gateway()
+    loop.failures["m1"] = [DeliveryFailed(
+        "POST https://api.example/bot123456:loop-bot-token/sendMessage: chat not found")]
+    await harness.gateway.receive(loop.message("m1", "hello"))
+    await harness.gateway.drain()
+    [failed] = await harness.gateway.store.deliveries()
+    assert failed.last_error is not None
+    assert "loop-bot-token" not in failed.last_error
+    assert "<redacted>/sendMessage: chat not found" in failed.last_error

@@ -38,6 +38,7 @@ async def post_update(harness: Harness, update: dict[str, Any], secret: str = SE
 async def test_private_message_is_answered_through_the_bot_api(
         tg: Harness, fake_telegram: FakeTelegram, fake_llm: FakeLLM) -> None:
     assert fake_telegram.calls[0].method == "getMe"
+    tg.gateway.inbox.typing_delay_seconds = 0  # "typing…" at once, even for a fast reply
     response = await post_update(tg, payload("tg_private_text.json"))
     assert response.status == 200
     [sent] = await fake_telegram.wait_for_messages(1)
@@ -299,3 +300,15 @@ async def test_stop_and_start_leaves_exactly_one_listener(
     assert [c.params["text"] for c in sent] == ["echo: Hi! What's on my list today?",
                                                "echo: second"]
     assert len(fake_llm.chat_requests) == 2
+
+
+async def test_typing_shows_only_when_the_reply_takes_longer_than_a_second(
+        tg: Harness, fake_telegram: FakeTelegram, fake_llm: FakeLLM) -> None:
+    tg.gateway.inbox.typing_delay_seconds = 0.3  # one second in production
+    await post_update(tg, payload("tg_private_text.json"))  # answered at once
+    await fake_telegram.wait_for_messages(1)
+    fake_llm.script = [Scripted(body=completion("took a while"), delay=0.6)]
+    await post_update(tg, payload("tg_private_text.json", update_id=902347700))
+    await fake_telegram.wait_for_messages(2)
+    await tg.gateway.drain()
+    assert len(fake_telegram.calls_to("sendChatAction")) == 1  # the slow one only

@@ -203,6 +203,7 @@ async def test_general_topic_of_a_forum_uses_the_chat_key_and_no_thread_id(
     for field in ("message_thread_id", "is_topic_message", "reply_to_message"):
         del message[field]
     message["entities"] = [{"offset": 0, "length": 17, "type": "mention"}]
+    tg.gateway.inbox.typing_delay_seconds = 0
     await post_update(tg, update)
     [sent] = await fake_telegram.wait_for_messages(1)
     await tg.gateway.drain()

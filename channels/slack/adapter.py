@@ -55,6 +55,7 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
                 "Use /cloudybot new, remember, forget and memory in a DM with me; "
                 "/cloudybot usage works anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+NOT_STORED = "cloudybot_not_stored"  # context flag: the event could not enter the inbox
 WORKING_ON_IT = "Working on it: I'll confirm here in a moment."
 # ok:false errors worth another try; every other one (missing_scope, channel_not_found...)
 # would fail the same way again
@@ -118,6 +119,8 @@ class SlackChannel(Channel):
         except (ValueError, RecursionError, AttributeError, TypeError):
             raise BadRequest("the body is not a Slack payload", code="invalid_body") from None
         response = await self.bolt.async_dispatch(bolt_request)
+        if bolt_request.context.get(NOT_STORED):
+            raise Unavailable("the event cannot be stored right now; Slack will retry")
         return await to_aiohttp_response(response)
 
     async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
@@ -206,11 +209,14 @@ class SlackChannel(Channel):
         if not text:
             return
         conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
-        await self.gateway.receive(InboundMessage(
-            channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
-            message_id=f"{channel}:{ts}", text=text,
-            address={"channel": channel, "thread_ts": thread_ts or reply_ts},
-            only_known=only_known, max_chars=MAX_CHARS))
+        try:
+            await self.gateway.receive(InboundMessage(
+                channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
+                message_id=f"{channel}:{ts}", text=text,
+                address={"channel": channel, "thread_ts": thread_ts or reply_ts},
+                only_known=only_known, max_chars=MAX_CHARS))
+        except Unavailable:
+            context[NOT_STORED] = True  # events() answers 503: Slack delivers it again
 
     async def send(self, address: Mapping[str, Any], text: str) -> None:
         """chat.postMessage into the DM or the thread."""

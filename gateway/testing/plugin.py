@@ -28,8 +28,8 @@ from ..app import build_app
 from ..config import Settings, load_settings
 from ..gateway import Gateway
 from ..hookspecs import hookimpl
-from ..store import Delivery
 from ..plugins import make_plugin_manager
+from ..store import Delivery
 from .fake_llm import FakeLLM
 
 
