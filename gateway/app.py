@@ -24,6 +24,11 @@ async def _gateway_lifecycle(app: web.Application) -> AsyncIterator[None]:
     await gateway.stop()
 
 
+async def _begin_stop(app: web.Application) -> None:
+    # Before the server waits for requests in flight: they share the gateway's grace period.
+    app[gateway_key].begin_stop()
+
+
 async def build_app(gateway: Gateway) -> web.Application:
     """The server for ``gateway``: each loaded channel contributes its routes."""
     await gateway.load_plugins()
@@ -39,4 +44,5 @@ async def build_app(gateway: Gateway) -> web.Application:
     for channel in gateway.channels.values():
         app.router.add_routes(channel.routes())
     app.cleanup_ctx.append(_gateway_lifecycle)
+    app.on_shutdown.append(_begin_stop)
     return app

@@ -63,7 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"data: {settings.data_dir})", flush=True)
 
     try:
-        web.run_app(build_app(gateway), host=host, port=port, print=started)
+        web.run_app(build_app(gateway), host=host, port=port, print=started,
+                    shutdown_timeout=settings.shutdown_grace_seconds)
     except OSError as exc:
         raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return 0

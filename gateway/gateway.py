@@ -62,6 +62,7 @@ class Gateway:
         # Set when stop() begins: waits (delivery backoff, rate limits) end at once, leaving
         # their work in the inbox/outbox for the next start.
         self.stopping = asyncio.Event()
+        self._stop_deadline = 0.0
         self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
         self.accepting = False
@@ -118,6 +119,7 @@ class Gateway:
             max_bytes=self.settings.session_max_file_bytes,
             count_message=self.counter.chat_message, clock=self.clock)
         await self.store.open()
+        self.stopping.clear()
         try:
             self._provider = self._providers[wanted]
             await self._provider.start()
@@ -130,7 +132,6 @@ class Gateway:
                 if channel.enabled:
                     await channel.start()
             self.outbox.open()
-            self.stopping.clear()
             self._started = True
             if self.settings.purge_interval_minutes > 0:
                 self._purger = asyncio.get_running_loop().create_task(
@@ -144,18 +145,18 @@ class Gateway:
         for at most ``CLOUDYBOT_SHUTDOWN_GRACE_SECONDS``, then close the channels, the
         provider and the store. What is unfinished stays in the inbox and outbox for the next
         start: a cancelled turn was not committed, so it runs again then."""
+        self.begin_stop()
         if self._purger is not None:
             self._purger.cancel()
             await asyncio.gather(self._purger, return_exceptions=True)
             self._purger = None
-        self.accepting = False
-        self.stopping.set()
         for channel in self.channels.values():
             try:
                 await channel.stop()
             except Exception:
                 log.exception("channel %r failed to stop", channel.name)
-        grace = self.settings.shutdown_grace_seconds if self._started else 0.0
+        grace = max(0.0, self._stop_deadline - asyncio.get_running_loop().time()) \
+            if self._started else 0.0
         self._started = False
         try:
             await asyncio.wait_for(self.drain(), grace)
@@ -172,6 +173,17 @@ class Gateway:
         if self._provider is not None:
             await self._provider.close()
         await self.store.close()
+
+    def begin_stop(self) -> None:
+        """Stop taking messages and start the grace period (idempotent): new channel messages
+        get 503, waits end. The server calls it first, so that HTTP requests in flight and the
+        gateway's own work share one grace period; :meth:`stop` then finishes the job."""
+        if self.stopping.is_set():
+            return
+        self.accepting = False
+        self.stopping.set()
+        self._stop_deadline = (asyncio.get_running_loop().time()
+                               + self.settings.shutdown_grace_seconds)
 
     async def __aenter__(self) -> Gateway:
         await self.start()

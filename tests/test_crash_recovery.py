@@ -10,8 +10,10 @@ by the kill may be sent twice (delivery is at least once); no message is answere
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -357,3 +359,28 @@ async def test_sigterm_with_a_long_backlog_stops_within_the_grace_period(
     await until(lambda: len(callback.received) == 40, timeout=WAIT_SECONDS)
     assert [r["text"] for r in callback.received] == [f"echo: message {n}" for n in range(40)]
     assert await second.terminate() == 0
+
+
+async def test_sigterm_with_a_chat_request_in_flight_stops_within_the_grace_period(
+        tmp_path: Path, fake_llm: FakeLLM, processes: list[ServeProcess]) -> None:
+    release = asyncio.Event()  # never set: the model hangs
+    fake_llm.responder = lambda request: Scripted(body=completion("late"), release=release)
+    env = {**llm_env(fake_llm), "CLOUDYBOT_SHUTDOWN_GRACE_SECONDS": "1"}
+    server = ServeProcess(tmp_path / "data", env)
+    processes.append(server)
+    added = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "users", "add", "alice", env=server.env,
+        stdout=asyncio.subprocess.PIPE)
+    token = (await added.communicate())[0].decode().split()[-1]
+    await server.start()
+    async with aiohttp.ClientSession() as session:
+        chat = asyncio.ensure_future(session.post(
+            f"{server.url}/chat", json={"threadId": "t1", "message": "hello"},
+            headers={"Authorization": f"Bearer {token}"}))
+        await until(lambda: len(fake_llm.requests) == 1)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert await server.terminate(timeout=30) == 0
+        assert loop.time() - began < 6  # one grace period (1 s) for requests and work alike
+        with contextlib.suppress(aiohttp.ClientError):
+            (await chat).close()
