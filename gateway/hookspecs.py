@@ -43,8 +43,10 @@ def register_providers(gateway: Gateway) -> list[Provider]:
 def register_channels(gateway: Gateway) -> list[Channel]:
     """Return the channel adapters this plugin provides.
 
-    :param gateway: the running gateway; a channel hands inbound messages to
-        ``gateway.receive`` as :class:`gateway.inbound.InboundMessage`.
+    :param gateway: the running gateway; a channel awaits ``gateway.receive(message)`` with
+        each :class:`gateway.inbound.InboundMessage` and acknowledges its platform only after
+        it returned (the message is then durable); replies come back through the channel's
+        ``send(address, text)``.
     :return: channel instances; their routes are served, and ``start``, ``stop`` (intake) and
         ``close`` (after queued replies went out) run with the gateway. A plugin that is not
         configured may return a :class:`gateway.interfaces.ReservedChannel`, which keeps its

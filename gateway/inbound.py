@@ -24,6 +24,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import validation
@@ -286,10 +287,7 @@ class Inbox:
         channel = gw.channels.get(message.channel)
         show_typing = None
         if channel is not None and type(channel).typing is not Channel.typing:
-            def show_typing() -> Awaitable[None]:
-                assert channel is not None
-                return channel.typing(message.address)
-
+            show_typing = partial(channel.typing, message.address)
         for attempt in range(2):
             try:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):

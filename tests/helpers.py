@@ -6,13 +6,16 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import ClientResponse
 
 from gateway.billing import period_of
+from gateway.config import Settings
+from gateway.store.sqlite import SQLiteStore
 
 
 class Clock:
@@ -66,6 +69,29 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     return lines[0]
+
+
+@asynccontextmanager
+async def reopened_store(settings: Settings) -> AsyncIterator[SQLiteStore]:
+    """The database of a stopped gateway, opened afresh (what the next start will see)."""
+    store = SQLiteStore(settings.database_path)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def waits_on(clock: Clock) -> tuple[list[float], Callable[[float], Awaitable[None]]]:
+    """A wait that moves ``clock`` instead of sleeping, and the list of what it was asked to
+    wait (for ``gateway.outbox.wait`` and ``gateway.inbox.wait_for_rate``)."""
+    waited: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waited.append(seconds)
+        clock.advance(seconds)
+
+    return waited, wait
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -28,6 +28,7 @@ class ServeProcess:
 
     def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
         self.data_dir = data_dir
+        self.overrides = env
         self.port = free_port()
         self.log = data_dir.with_suffix(".log")
         self.env = {key: value for key, value in os.environ.items()
@@ -36,6 +37,10 @@ class ServeProcess:
                          "CLOUDYBOT_PORT": str(self.port), "NO_PROXY": "127.0.0.1,localhost",
                          "CLOUDYBOT_PURGE_INTERVAL_MINUTES": "0", **env})
         self.process: asyncio.subprocess.Process | None = None
+
+    def again(self) -> ServeProcess:
+        """Another child on the same data dir and settings (not started)."""
+        return ServeProcess(self.data_dir, self.overrides)
 
     @property
     def url(self) -> str:

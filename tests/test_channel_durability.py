@@ -12,13 +12,12 @@ import pytest
 
 from gateway.config import DEFAULT_PLANS, Plan
 from gateway.store import InboxEntry
-from gateway.store.sqlite import SQLiteStore
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
 from tests.fakes.slack import BOT_USER_ID, SIGNING_SECRET, FakeSlack, event_body, sign
 from tests.fakes.telegram import SECRET, FakeTelegramChats
-from tests.helpers import assert_json_error
+from tests.helpers import assert_json_error, reopened_store
 
 StartGateway = Callable[..., Awaitable[Harness]]
 
@@ -120,15 +119,5 @@ async def test_a_channel_message_waiting_on_the_rate_limit_stays_in_the_inbox_at
     await loop.wait_for(1)
     await harness.client.close()  # the stop does not wait out the minute
     assert loop.texts() == ["echo: first"]
-    pending = await reopened_inbox(harness)
-    assert [entry.message_id for entry in pending] == ["m2"]
-
-
-async def reopened_inbox(harness: Harness) -> list[InboxEntry]:
-    """The inbox of a stopped gateway, read through a fresh store."""
-    store = SQLiteStore(harness.gateway.settings.database_path)
-    await store.open()
-    try:
-        return await store.inbox_pending()
-    finally:
-        await store.close()
+    async with reopened_store(harness.gateway.settings) as store:
+        assert [entry.message_id for entry in await store.inbox_pending()] == ["m2"]

@@ -15,7 +15,7 @@ import json
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
+from gateway.testing.loopback import LoopbackServer
 from tests.fakes.slack import SIGNING_SECRET, FakeSlack, event_body, sign
 from tests.fakes.slack import TOKEN as SLACK_TOKEN
 from tests.fakes.telegram import SECRET, TOKEN, FakeTelegramChats
@@ -81,6 +82,29 @@ def assert_each_answered_once_in_order(sent: list[tuple[str, str]],
     assert duplicates <= CHATS  # at most the send each conversation had in flight
 
 
+async def serve(data_dir: Path, env: dict[str, str],
+                processes: list[ServeProcess]) -> ServeProcess:
+    """A started ``cloudybot serve`` child, killed at teardown whatever happens."""
+    process = await serve(data_dir, env, processes)
+    return process
+
+
+async def kill_restart_and_check(first: ServeProcess, processes: list[ServeProcess],
+                                 replies: Callable[[], list[tuple[str, str]]],
+                                 expected: dict[str, list[str]]) -> None:
+    """SIGKILL ``first`` right after its backlog was acknowledged, start the gateway again on
+    its data dir, wait for every reply and check each message was answered once, in order."""
+    await first.kill()
+    assert len(set(replies())) < BACKLOG  # the kill really cut a backlog short
+    second = first.again()
+    processes.append(second)
+    await second.start()
+    await until(lambda: len(set(replies())) == BACKLOG, timeout=WAIT_SECONDS)
+    assert await second.terminate() == 0
+    assert_each_answered_once_in_order(replies(), stored_user_messages(first.data_dir),
+                                       expected)
+
+
 # --- Telegram (webhook) ------------------------------------------------------------------------
 def telegram_update(update_id: int, chat: int, text: str) -> dict[str, Any]:
     return {"update_id": update_id, "message": {
@@ -100,13 +124,10 @@ async def fake_bot_api() -> AsyncIterator[FakeTelegramChats]:
 async def test_telegram_webhook_backlog_survives_sigkill(
         tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
         processes: list[ServeProcess]) -> None:
-    env = {**llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
-           "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url,
-           "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": SECRET}
-    data_dir = tmp_path / "data"
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(tmp_path / "data", {
+        **llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
+        "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url,
+        "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": SECRET}, processes)
     expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
     async with aiohttp.ClientSession() as session:
         for number in range(BACKLOG):
@@ -117,52 +138,31 @@ async def test_telegram_webhook_backlog_survives_sigkill(
                                     headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as ok:
                 assert ok.status == 200
             expected[f"telegram:{chat}"].append(text)
-    await first.kill()
-    answered_before = len(fake_bot_api.texts())
-    assert answered_before < BACKLOG  # the kill really cut a backlog short
+    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_bot_api),
+                                 expected)
 
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
 
-    def sent() -> list[tuple[str, str]]:
-        return [(f"telegram:{call.params['chat_id']}", call.params["text"])
-                for call in fake_bot_api.calls_to("sendMessage")]
-    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
-    assert await second.terminate() == 0
-    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+def telegram_replies(bot_api: FakeTelegramChats) -> list[tuple[str, str]]:
+    return [(f"telegram:{call.params['chat_id']}", call.params["text"])
+            for call in bot_api.calls_to("sendMessage")]
 
 
 async def test_telegram_polling_backlog_survives_sigkill(
         tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
         processes: list[ServeProcess]) -> None:
-    env = {**llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
-           "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url}  # no secret: long polling
-    data_dir = tmp_path / "data"
     expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
     for number in range(BACKLOG):
         chat = 100 + number % CHATS
         fake_bot_api.updates.put_nowait(telegram_update(1000 + number, chat, f"message {number}"))
         expected[f"telegram:{chat}"].append(f"message {number}")
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(tmp_path / "data", {
+        **llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
+        "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url}, processes)  # no secret: polling
     # Telegram forgets an update once a getUpdates call sends an offset above it: from then
     # on only the gateway has it.
     await until(lambda: fake_bot_api.confirmed_below > 1000 + BACKLOG - 1, timeout=WAIT_SECONDS)
-    await first.kill()
-    assert len(fake_bot_api.texts()) < BACKLOG
-
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
-
-    def sent() -> list[tuple[str, str]]:
-        return [(f"telegram:{call.params['chat_id']}", call.params["text"])
-                for call in fake_bot_api.calls_to("sendMessage")]
-    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
-    assert await second.terminate() == 0
-    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_bot_api),
+                                 expected)
 
 
 # --- Slack -------------------------------------------------------------------------------------
@@ -177,13 +177,10 @@ async def fake_web_api() -> AsyncIterator[FakeSlack]:
 async def test_slack_event_backlog_survives_sigkill(
         tmp_path: Path, slow_llm: FakeLLM, fake_web_api: FakeSlack,
         processes: list[ServeProcess]) -> None:
-    env = {**llm_env(slow_llm), "CLOUDYBOT_SLACK_BOT_TOKEN": SLACK_TOKEN,
-           "CLOUDYBOT_SLACK_SIGNING_SECRET": SIGNING_SECRET,
-           "CLOUDYBOT_SLACK_API_BASE": fake_web_api.base_url}
-    data_dir = tmp_path / "data"
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(tmp_path / "data", {
+        **llm_env(slow_llm), "CLOUDYBOT_SLACK_BOT_TOKEN": SLACK_TOKEN,
+        "CLOUDYBOT_SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "CLOUDYBOT_SLACK_API_BASE": fake_web_api.base_url}, processes)
     expected: dict[str, list[str]] = {}
     async with aiohttp.ClientSession() as session:
         for number in range(BACKLOG):
@@ -196,19 +193,11 @@ async def test_slack_event_backlog_survives_sigkill(
                                     headers=sign(SIGNING_SECRET, body)) as ok:
                 assert ok.status == 200
             expected.setdefault(f"slack:T0G9PQBBK:{channel}", []).append(text)
-    await first.kill()
-    assert len(fake_web_api.calls_to("chat.postMessage")) < BACKLOG
 
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
-
-    def sent() -> list[tuple[str, str]]:
+    def replies() -> list[tuple[str, str]]:
         return [(f"slack:T0G9PQBBK:{call.params['channel']}", call.params["text"])
                 for call in fake_web_api.calls_to("chat.postMessage")]
-    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
-    assert await second.terminate() == 0
-    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+    await kill_restart_and_check(first, processes, replies, expected)
 
 
 # --- the example third-party channel (signed webhooks) ----------------------------------------
@@ -220,7 +209,7 @@ class Callback:
         self.failing = False
         self.refused = 0
         self.url = ""
-        self._runner: web.AppRunner | None = None
+        self._server = LoopbackServer()
 
     async def _handle(self, request: web.Request) -> web.Response:
         if self.failing:
@@ -232,15 +221,10 @@ class Callback:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/replies", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/replies"
+        self.url = f"http://127.0.0.1:{await self._server.serve(app)}/replies"
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._server.close()
 
 
 @pytest.fixture
@@ -274,11 +258,7 @@ async def test_example_webhook_channel_backlog_survives_sigkill(
         tmp_path: Path, slow_llm: FakeLLM, callback: Callback,
         processes: list[ServeProcess]) -> None:
     pytest.importorskip("cloudybot_webhook")
-    env = webhook_env(slow_llm, callback)
-    data_dir = tmp_path / "data"
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(tmp_path / "data", webhook_env(slow_llm, callback), processes)
     expected: dict[str, list[str]] = {}
     async with aiohttp.ClientSession() as session:
         for number in range(BACKLOG):
@@ -286,18 +266,10 @@ async def test_example_webhook_channel_backlog_survives_sigkill(
             text = f"message {number}"
             assert await post_webhook(session, first, f"m-{number}", conversation, text) == 202
             expected.setdefault(f"webhook:{conversation}", []).append(text)
-    await first.kill()
-    assert len(callback.received) < BACKLOG
-
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
-
-    def sent() -> list[tuple[str, str]]:
-        return [(f"webhook:{r['conversation']}", r["text"]) for r in callback.received]
-    await until(lambda: len(set(sent())) == BACKLOG, timeout=WAIT_SECONDS)
-    assert await second.terminate() == 0
-    assert_each_answered_once_in_order(sent(), stored_user_messages(data_dir), expected)
+    await kill_restart_and_check(
+        first, processes,
+        lambda: [(f"webhook:{r['conversation']}", r["text"]) for r in callback.received],
+        expected)
 
 
 async def test_a_reply_the_platform_refuses_for_a_while_arrives_once_across_a_restart(
@@ -306,18 +278,14 @@ async def test_a_reply_the_platform_refuses_for_a_while_arrives_once_across_a_re
     pytest.importorskip("cloudybot_webhook")
     env = webhook_env(fake_llm, callback)
     data_dir = tmp_path / "data"
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(data_dir, env, processes)
     callback.failing = True
     async with aiohttp.ClientSession() as session:
         assert await post_webhook(session, first, "m-1", "ticket-1", "hello") == 202
     await until(lambda: callback.refused >= 2, timeout=WAIT_SECONDS)  # retried with backoff
     assert await first.terminate() == 0  # a clean stop: the reply stays in the outbox
 
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
+    second = await serve(data_dir, env, processes)
     await until(lambda: callback.refused >= 3, timeout=WAIT_SECONDS)  # still retrying
     callback.failing = False
     await until(lambda: len(callback.received) == 1, timeout=WAIT_SECONDS)
@@ -337,9 +305,7 @@ async def test_sigterm_with_a_long_backlog_stops_within_the_grace_period(
         body=completion(f"echo: {request.messages[-1]['content']}"), release=release)
     env = {**webhook_env(fake_llm, callback), "CLOUDYBOT_SHUTDOWN_GRACE_SECONDS": "1"}
     data_dir = tmp_path / "data"
-    first = ServeProcess(data_dir, env)
-    processes.append(first)
-    await first.start()
+    first = await serve(data_dir, env, processes)
     async with aiohttp.ClientSession() as session:
         for number in range(40):
             status = await post_webhook(session, first, f"m-{number}", "ticket-1",
@@ -353,9 +319,7 @@ async def test_sigterm_with_a_long_backlog_stops_within_the_grace_period(
     assert callback.received == []
 
     release.set()  # the model answers at once from now on
-    second = ServeProcess(data_dir, env)
-    processes.append(second)
-    await second.start()
+    second = await serve(data_dir, env, processes)
     await until(lambda: len(callback.received) == 40, timeout=WAIT_SECONDS)
     assert [r["text"] for r in callback.received] == [f"echo: message {n}" for n in range(40)]
     assert await second.terminate() == 0

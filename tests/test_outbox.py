@@ -8,11 +8,10 @@ from pathlib import Path
 
 from gateway.interfaces import DeliveryFailed, DeliveryRetry
 from gateway.outbox import MAX_BACKOFF_SECONDS
-from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
-from tests.helpers import Clock, until
+from tests.helpers import Clock, reopened_store, until, waits_on
 from tests.test_billing_cli import cloudybot, ok
 
 StartGateway = Callable[..., Awaitable[Harness]]
@@ -23,13 +22,7 @@ async def test_a_reply_is_retried_with_growing_jittered_waits_for_24_hours_then_
         loop: LoopChannel, start_clocked: StartGateway, clock: Clock,
         fake_llm: FakeLLM) -> None:
     harness = await start_clocked()
-    waits: list[float] = []
-
-    async def wait_on_the_clock(seconds: float) -> None:
-        waits.append(seconds)
-        clock.advance(seconds)
-
-    harness.gateway.outbox.wait = wait_on_the_clock
+    waits, harness.gateway.outbox.wait = waits_on(clock)
     loop.failures["m1"] = [ConnectionResetError("reset by peer")] * 1000
     began = clock.now
     await harness.gateway.receive(loop.message("m1", "hello"))
@@ -53,13 +46,7 @@ async def test_a_reply_is_retried_with_growing_jittered_waits_for_24_hours_then_
 async def test_retry_after_is_honoured_and_the_reply_then_delivered(
         loop: LoopChannel, start_clocked: StartGateway, clock: Clock) -> None:
     harness = await start_clocked()
-    waits: list[float] = []
-
-    async def wait_on_the_clock(seconds: float) -> None:
-        waits.append(seconds)
-        clock.advance(seconds)
-
-    harness.gateway.outbox.wait = wait_on_the_clock
+    waits, harness.gateway.outbox.wait = waits_on(clock)
     loop.failures["m1"] = [DeliveryRetry(30), DeliveryRetry(30)]
     await harness.gateway.receive(loop.message("m1", "hello"))
     await harness.gateway.drain()
@@ -71,11 +58,7 @@ async def test_retry_after_is_honoured_and_the_reply_then_delivered(
 async def test_a_shorter_retry_window_is_configurable(
         loop: LoopChannel, start_clocked: StartGateway, clock: Clock) -> None:
     harness = await start_clocked(delivery_retry_hours=0.5)
-
-    async def wait_on_the_clock(seconds: float) -> None:
-        clock.advance(seconds)
-
-    harness.gateway.outbox.wait = wait_on_the_clock
+    _, harness.gateway.outbox.wait = waits_on(clock)
     loop.failures["m1"] = [ConnectionResetError("reset")] * 1000
     began = clock.now
     await harness.gateway.receive(loop.message("m1", "hello"))
@@ -93,7 +76,8 @@ async def test_stop_leaves_a_waiting_reply_pending_and_the_next_start_delivers_i
     await harness.gateway.receive(loop.message("m1", "hello"))
     await until(lambda: loop.attempts.get("m1") == 1)
     await harness.client.close()  # the stop does not wait out the hour
-    [pending] = await restarted_deliveries(harness)
+    async with reopened_store(harness.gateway.settings) as store:
+        [pending] = await store.deliveries()
     assert (pending.state, pending.attempts) == ("pending", 1)
     assert pending.next_attempt >= pending.created + 3600
 
@@ -103,18 +87,6 @@ async def test_stop_leaves_a_waiting_reply_pending_and_the_next_start_delivers_i
     assert loop.texts() == ["echo: hello"]
     assert await again.gateway.store.deliveries() == []
     assert len(fake_llm.chat_requests) == 1
-
-
-async def restarted_deliveries(harness: Harness) -> list[Delivery]:
-    """The outbox of a stopped gateway, read through a fresh store."""
-    from gateway.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(harness.gateway.settings.database_path)
-    await store.open()
-    try:
-        return await store.deliveries()
-    finally:
-        await store.close()
 
 
 async def test_a_channel_that_is_gone_keeps_its_replies_pending(

@@ -14,7 +14,7 @@ from gateway.config import Plan
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
-from tests.helpers import Clock, assert_json_error
+from tests.helpers import Clock, assert_json_error, waits_on
 from tests.test_billing import assert_ledger_matches_balances, with_plans
 
 AuthHeaders = dict[str, str]
@@ -170,13 +170,7 @@ async def test_channel_message_over_the_limit_waits_for_room_then_is_answered(
         loop: LoopChannel, start_clocked: StartClocked, fake_llm: FakeLLM,
         clock: Clock) -> None:
     harness = await start_clocked(default_plan="tiny")  # channel senders join on "tiny"
-    waited: list[float] = []
-
-    async def wait_on_the_clock(seconds: float) -> None:
-        waited.append(seconds)
-        clock.advance(seconds)
-
-    harness.gateway.inbox.wait_for_rate = wait_on_the_clock
+    waited, harness.gateway.inbox.wait_for_rate = waits_on(clock)
     for number in range(4):
         await harness.gateway.receive(loop.message(f"m{number}", f"hello {number}"))
     await loop.wait_for(4, timeout=10)
