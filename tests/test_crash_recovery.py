@@ -85,7 +85,9 @@ def assert_each_answered_once_in_order(sent: list[tuple[str, str]],
 async def serve(data_dir: Path, env: dict[str, str],
                 processes: list[ServeProcess]) -> ServeProcess:
     """A started ``cloudybot serve`` child, killed at teardown whatever happens."""
-    process = await serve(data_dir, env, processes)
+    process = ServeProcess(data_dir, env)
+    processes.append(process)
+    await process.start()
     return process
 
 
@@ -113,20 +115,12 @@ def telegram_update(update_id: int, chat: int, text: str) -> dict[str, Any]:
         "from": {"id": chat, "is_bot": False, "first_name": "Ada"}}}
 
 
-@pytest.fixture
-async def fake_bot_api() -> AsyncIterator[FakeTelegramChats]:
-    server = FakeTelegramChats(TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
 async def test_telegram_webhook_backlog_survives_sigkill(
-        tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
+        tmp_path: Path, slow_llm: FakeLLM, fake_telegram: FakeTelegramChats,
         processes: list[ServeProcess]) -> None:
     first = await serve(tmp_path / "data", {
         **llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
-        "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url,
+        "CLOUDYBOT_TELEGRAM_API_BASE": fake_telegram.base_url,
         "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": SECRET}, processes)
     expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
     async with aiohttp.ClientSession() as session:
@@ -138,7 +132,7 @@ async def test_telegram_webhook_backlog_survives_sigkill(
                                     headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as ok:
                 assert ok.status == 200
             expected[f"telegram:{chat}"].append(text)
-    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_bot_api),
+    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_telegram),
                                  expected)
 
 
@@ -148,39 +142,31 @@ def telegram_replies(bot_api: FakeTelegramChats) -> list[tuple[str, str]]:
 
 
 async def test_telegram_polling_backlog_survives_sigkill(
-        tmp_path: Path, slow_llm: FakeLLM, fake_bot_api: FakeTelegramChats,
+        tmp_path: Path, slow_llm: FakeLLM, fake_telegram: FakeTelegramChats,
         processes: list[ServeProcess]) -> None:
     expected: dict[str, list[str]] = {f"telegram:{100 + c}": [] for c in range(CHATS)}
     for number in range(BACKLOG):
         chat = 100 + number % CHATS
-        fake_bot_api.updates.put_nowait(telegram_update(1000 + number, chat, f"message {number}"))
+        fake_telegram.updates.put_nowait(telegram_update(1000 + number, chat, f"message {number}"))
         expected[f"telegram:{chat}"].append(f"message {number}")
     first = await serve(tmp_path / "data", {
         **llm_env(slow_llm), "CLOUDYBOT_TELEGRAM_TOKEN": TOKEN,
-        "CLOUDYBOT_TELEGRAM_API_BASE": fake_bot_api.base_url}, processes)  # no secret: polling
+        "CLOUDYBOT_TELEGRAM_API_BASE": fake_telegram.base_url}, processes)  # no secret: polling
     # Telegram forgets an update once a getUpdates call sends an offset above it: from then
     # on only the gateway has it.
-    await until(lambda: fake_bot_api.confirmed_below > 1000 + BACKLOG - 1, timeout=WAIT_SECONDS)
-    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_bot_api),
+    await until(lambda: fake_telegram.confirmed_below > 1000 + BACKLOG - 1, timeout=WAIT_SECONDS)
+    await kill_restart_and_check(first, processes, lambda: telegram_replies(fake_telegram),
                                  expected)
 
 
 # --- Slack -------------------------------------------------------------------------------------
-@pytest.fixture
-async def fake_web_api() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(SLACK_TOKEN)
-    await server.start()
-    yield server
-    await server.close()
-
-
 async def test_slack_event_backlog_survives_sigkill(
-        tmp_path: Path, slow_llm: FakeLLM, fake_web_api: FakeSlack,
+        tmp_path: Path, slow_llm: FakeLLM, fake_slack: FakeSlack,
         processes: list[ServeProcess]) -> None:
     first = await serve(tmp_path / "data", {
         **llm_env(slow_llm), "CLOUDYBOT_SLACK_BOT_TOKEN": SLACK_TOKEN,
         "CLOUDYBOT_SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "CLOUDYBOT_SLACK_API_BASE": fake_web_api.base_url}, processes)
+        "CLOUDYBOT_SLACK_API_BASE": fake_slack.base_url}, processes)
     expected: dict[str, list[str]] = {}
     async with aiohttp.ClientSession() as session:
         for number in range(BACKLOG):
@@ -196,7 +182,7 @@ async def test_slack_event_backlog_survives_sigkill(
 
     def replies() -> list[tuple[str, str]]:
         return [(f"slack:T0G9PQBBK:{call.params['channel']}", call.params["text"])
-                for call in fake_web_api.calls_to("chat.postMessage")]
+                for call in fake_slack.calls_to("chat.postMessage")]
     await kill_restart_and_check(first, processes, replies, expected)
 
 
