@@ -121,3 +121,13 @@ async def test_a_channel_message_waiting_on_the_rate_limit_stays_in_the_inbox_at
     assert loop.texts() == ["echo: first"]
     async with reopened_store(harness.gateway.settings) as store:
         assert [entry.message_id for entry in await store.inbox_pending()] == ["m2"]
+
+
+async def test_a_slack_event_nobody_listens_to_is_acknowledged_not_refused(
+        slack: Harness, fake_slack: FakeSlack) -> None:
+    body = event_body({"type": "app_home_opened", "user": "U061F7AUR", "channel": "D0LAN2Q65",
+                       "tab": "home", "event_ts": "1767226000.000300"}, "Ev-home")
+    response = await slack.client.post("/slack/events", data=body,
+                                       headers=sign(SIGNING_SECRET, body))
+    assert response.status == 200  # a 404 would make Slack retry, then drop the subscription
+    assert fake_slack.calls_to("chat.postMessage") == []

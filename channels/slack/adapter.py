@@ -39,7 +39,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway import Channel, Gateway
-from gateway.errors import BadRequest, Unauthorized, Unavailable
+from gateway.errors import BadRequest, NotFound, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,12 @@ class SlackChannel(Channel):
         response = await self.bolt.async_dispatch(bolt_request)
         if bolt_request.context.get(NOT_STORED):
             raise Unavailable("the event cannot be stored right now; Slack will retry")
+        if response.status == 404:  # bolt has no listener for it
+            if bolt_request.body.get("type") == "event_callback":
+                # An event type nobody here listens to: acknowledged, or Slack would retry it
+                # and in the end turn the subscription off.
+                return web.json_response({"ok": True})
+            raise NotFound("no handler for this Slack request", code="unhandled_request")
         return await to_aiohttp_response(response)
 
     async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
