@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .billing import Admission, CreditsBusy, UsageBounds, charge_for, shown
-from .errors import NotFound, PaymentRequired, ProviderError
+from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
 from .interfaces import Completion, CompletionRequest, PromptSection, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
@@ -302,7 +302,7 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         reply = redact(run.text, secrets).strip()
         if not reply:
             run.charges.pop()  # an empty answer is a failed call: not charged
-            raise ProviderError("the provider returned an empty reply")
+            raise EmptyReply("the model returned an empty answer")
         new_messages = [NewMessage("user", stored_message, gw.counter.count(stored_message)),
                         NewMessage("assistant", reply, gw.counter.count(reply))]
         written = await gw.store.commit_turn(TurnCommit(

@@ -96,6 +96,12 @@ class ProviderError(GatewayError):
     code = "provider_error"
 
 
+class EmptyReply(ProviderError):
+    """The model answered with no text and no tool calls: nothing to show, nothing charged."""
+
+    code = "empty_reply"
+
+
 class ProviderTimeout(ProviderError):
     """The LLM provider did not answer in time."""
 

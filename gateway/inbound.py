@@ -32,6 +32,7 @@ from .billing import RateLimiter, period_of
 from .commands import run_command
 from .errors import (
     BadRequest,
+    EmptyReply,
     GatewayError,
     PayloadTooLarge,
     PaymentRequired,
@@ -39,9 +40,9 @@ from .errors import (
     RateLimited,
 )
 from .interfaces import Channel, DeliveryFailed, DeliveryRetry
-from .outbox import split_text
 from .queues import ConversationQueues
 from .store import Delivery, InboxEntry, ThreadRef, User
+from .text import split_text
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -67,6 +68,8 @@ NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts on
 OUT_OF_CREDITS = "You have no AI credits left. Ask the operator for more, or wait for next month."
 PROVIDER_APOLOGY = ("Sorry, I could not reach the language model just now, so I could not "
                     "answer. Nothing was charged; please try again in a moment.")
+EMPTY_REPLY = ("The model answered with nothing at all, so I have nothing to show. Nothing was "
+               "charged; ask again, perhaps in other words.")
 TOO_LONG = "Sorry, that message is too long for me to handle. Could you shorten it?"
 SOMETHING_BROKE = "Sorry, something went wrong on my side. Please try again in a moment."
 BAD_SENDER = "Sorry, I cannot take messages from this sender id."
@@ -305,6 +308,8 @@ class Inbox:
                 text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
             except PaymentRequired:
                 text = OUT_OF_CREDITS
+            except EmptyReply:
+                text = EMPTY_REPLY
             except ProviderError as exc:
                 log.warning("turn of %s failed at the provider: %s", ref.session_key,
                             exc.message)

@@ -31,6 +31,7 @@ from .interfaces import DeliveryFailed, DeliveryRetry
 from .logs import mask_secrets
 from .queues import ConversationQueues
 from .store import Delivery
+from .text import split_text
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -39,23 +40,6 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 600.0
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """Split ``text`` into chunks of at most ``limit`` characters, at paragraph, line or word
-    boundaries when possible."""
-    chunks: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        if cut < limit // 2:
-            cut = limit
-        chunks.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    if rest or not chunks:
-        chunks.append(rest)
-    return chunks
 
 
 def describe(error: BaseException) -> str:

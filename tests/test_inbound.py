@@ -8,6 +8,7 @@ import pytest
 
 from gateway import hookimpl
 from gateway.inbound import (
+    EMPTY_REPLY,
     Command,
     DeliveryFailed,
     DeliveryRetry,
@@ -15,9 +16,10 @@ from gateway.inbound import (
 )
 from gateway.plugins import PluginManager
 from gateway.store import Delivery
-from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
+from tests.helpers import assert_json_error
 
 StartGateway = Callable[..., Awaitable[Harness]]
 
@@ -135,3 +137,17 @@ def test_split_text_keeps_every_word_under_the_limit(limit: int) -> None:
 def test_split_text_cuts_a_word_longer_than_the_limit() -> None:
     assert split_text("a" * 25, 10) == ["a" * 10, "a" * 10, "a" * 5]
     assert split_text("", 10) == [""]
+
+
+async def test_an_empty_model_answer_is_said_as_such_and_costs_nothing(
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    fake_llm.script = [Scripted(body=completion("   "))]
+    await harness.gateway.receive(loop.message("m1", "hello"))
+    await harness.gateway.drain()
+    assert loop.texts() == [EMPTY_REPLY]
+    assert "could not reach" not in EMPTY_REPLY
+    assert [row.kind for row in await harness.gateway.store.ledger("loop:ada")] == ["grant"]
+    auth = await harness.user("alice")
+    fake_llm.script = [Scripted(body=completion(""))]
+    await assert_json_error(await harness.chat(auth, "hello"), 502, "empty_reply")
