@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import hooks
 from .billing import Admission, CreditsBusy, UsageBounds, charge_for, shown
 from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
-from .interfaces import Completion, CompletionRequest, PromptSection, TurnContext
+from .interfaces import Completion, CompletionRequest, PromptSection, TextSink, TurnContext
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import open_credentials, redact, redact_structure
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from .gateway import Gateway
 
 log = logging.getLogger(__name__)
+# The most characters one character of a password takes in any encoding redaction covers
+# (``\uXXXX``); a streamed preview holds back this many per character of the longest password.
+ESCAPED_CHAR_WIDTH = 6
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,13 @@ def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Cre
     return open_credentials(gw.secret_box, user_id, records)
 
 
-async def _call_provider(gw: Gateway, request: CompletionRequest) -> Completion:
-    """One provider call. Whatever a provider plugin returns is checked: anything but text and
-    well-formed tool calls is a 502 now, not a crash later in the turn."""
-    completion = await gw.provider.complete(request)
+async def _call_provider(gw: Gateway, request: CompletionRequest,
+                         on_text: TextSink | None = None) -> Completion:
+    """One provider call, streamed into ``on_text`` when given. Whatever a provider plugin
+    returns is checked: anything but text and well-formed tool calls is a 502 now, not a crash
+    later in the turn."""
+    completion = await (gw.provider.complete(request) if on_text is None
+                        else gw.provider.stream(request, on_text))
     if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
             or not isinstance(completion.tool_calls, tuple) \
             or not all(_well_formed(call) for call in completion.tool_calls):
@@ -133,8 +139,13 @@ def _believed(gw: Gateway, name: str, reported: object, limit: int) -> int | Non
 
 
 async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
-                     admission: Admission, balance: int, run: _AgentRun) -> None:
+                     admission: Admission, balance: int, run: _AgentRun,
+                     on_text: TextSink | None = None) -> None:
     """Call the provider; while it asks for tools, run them and call again (bounded).
+
+    With ``on_text``, each call streams: ``on_text`` gets the text of the answer being written
+    so far (redacted), growing; a round that ends in tool calls is followed by a new answer,
+    which starts again from its first piece.
 
     Each call first reserves its worst case: with nothing left, the first call is a 402 (a 429
     ``credits_busy`` if other turns only hold what is left) and a later (tool) round ends the
@@ -161,7 +172,8 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
                         "rest of your AI credits. Ask again in a moment.")
             return
         completion = await _call_provider(gw, CompletionRequest(
-            messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas))
+            messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas),
+            _growing(on_text, secrets) if on_text is not None else None)
         used_prompt, used_completion = _usage(gw, completion, prompt_tokens,
                                               settings.llm_max_tokens)
         run.prompt_tokens += used_prompt
@@ -193,6 +205,27 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
                 return
     run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
                 "reaching an answer. Ask again, perhaps more specifically.")
+
+
+def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
+    """A sink for one call's pieces that hands ``on_text`` the whole text so far, redacted.
+
+    With saved passwords, the newest characters are held back (as many as the longest
+    password's longest encoding): a password still arriving piece by piece is not whole yet,
+    so it could not be redacted. The stored reply, redacted whole, replaces the preview.
+    """
+    written = ""
+    held = max((len(secret) for secret in secrets), default=0) * ESCAPED_CHAR_WIDTH
+
+    async def add(piece: str) -> None:
+        nonlocal written
+        written += piece
+        if not secrets:
+            await on_text(written)
+            return
+        shown = redact(written, secrets)
+        await on_text(shown[:max(0, len(shown) - held)])
+    return add
 
 
 def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
@@ -236,8 +269,10 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
 
 async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None, inbound: tuple[str, str] | None = None,
+                   on_text: TextSink | None = None,
                    ) -> tuple[TurnResult, PendingSummary | None]:
-    """Run one turn under the caller's lock; return its result and any summarization due."""
+    """Run one turn under the caller's lock; return its result and any summarization due.
+    ``on_text`` receives the reply as it is written (see :func:`_run_agent`)."""
     settings = gw.settings
     with gw.credit_guard.admit(user_id) as admission:  # before the balance is read
         state = await gw.store.load_turn(ref, user_id, specialist)
@@ -248,12 +283,12 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
         admission.require(user.credits)  # 402 if spent; 429 if other turns hold what is left
         return await _answer(gw, user_id, ref, message, specialist, inbound, state,
-                             user.credits, admission)
+                             user.credits, admission, on_text)
 
 
 async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                   specialist: str | None, inbound: tuple[str, str] | None, state: TurnState,
-                  balance: int, admission: Admission,
+                  balance: int, admission: Admission, on_text: TextSink | None = None,
                   ) -> tuple[TurnResult, PendingSummary | None]:
     """The turn after admission: prompt, agent, commit, session, observers."""
     settings = gw.settings
@@ -298,7 +333,7 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     )
     run = _AgentRun()
     try:
-        await _run_agent(gw, turn, prompt, secrets, admission, balance, run)
+        await _run_agent(gw, turn, prompt, secrets, admission, balance, run, on_text)
         reply = redact(run.text, secrets).strip()
         if not reply:
             run.charges.pop()  # an empty answer is a failed call: not charged

@@ -16,7 +16,7 @@ from .billing import CreditGuard, RateLimiter, period_of, worst_case
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
-from .interfaces import Channel, Provider
+from .interfaces import Channel, Provider, TextSink
 from .locks import KeyedLocks, Lease
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
@@ -400,11 +400,15 @@ class Gateway:
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None = None,
-                   inbound: tuple[str, str] | None = None) -> agent.TurnResult:
+                   inbound: tuple[str, str] | None = None,
+                   on_text: TextSink | None = None) -> agent.TurnResult:
         """Run one turn on the thread, after any turn already running there.
 
         ``user_id`` is billed (in a group chat the sender, not the thread's owner);
-        ``inbound`` is the (channel, message id) the turn answers, marked in its commit.
+        ``inbound`` is the (channel, message id) the turn answers, marked in its commit;
+        ``on_text``, when given, is awaited with the reply written so far as the provider
+        streams it (redacted, growing; it starts again after a round of tool calls). Streaming
+        changes nothing that is stored or billed.
         """
         validation.text(message, "message", self.settings.max_message_chars)
         if specialist is not None:
@@ -412,7 +416,7 @@ class Gateway:
         lease = await self.locks.acquire(ref.session_key)
         try:
             result, pending = await agent.run_turn(self, user_id, ref, message, specialist,
-                                                   inbound)
+                                                   inbound, on_text)
         except BaseException:
             lease.release()
             raise

@@ -42,6 +42,7 @@ from .errors import (
 from .interfaces import Channel, DeliveryFailed, DeliveryRetry
 from .queues import ConversationQueues
 from .store import Delivery, InboxEntry, ThreadRef, User
+from .streaming import PREVIEW_INTERVAL_SECONDS, Preview
 from .text import split_text
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ class Inbox:
         # swap in one that moves their clock.
         self.wait_for_rate: Callable[[float], Awaitable[None]] = gateway.pause
         self.typing_delay_seconds = TYPING_DELAY_SECONDS
+        self.preview_interval_seconds = PREVIEW_INTERVAL_SECONDS
 
     # --- intake -------------------------------------------------------------------------
     async def receive(self, message: InboundMessage) -> bool:
@@ -210,15 +212,31 @@ class Inbox:
 
     # --- answering ------------------------------------------------------------------------
     async def _handle(self, message: InboundMessage) -> None:
-        text = await self._answer(message)
+        preview = self._preview(message)
+        try:
+            text = await self._answer(message, preview)
+        finally:
+            handle = await preview.close() if preview is not None else None
         if text is not None:
             gw = self.gateway
             now = gw.clock()
+            # The stored reply goes out through the outbox; the preview's handle rides along
+            # in memory only (after a crash the reply is sent anew, the preview stays).
+            address = {**message.address, "preview": handle} if handle is not None \
+                else message.address
             gw.outbox.submit(Delivery(
                 id=0, channel=message.channel, message_id=message.message_id,
-                conversation=message.conversation, address=json.dumps(dict(message.address)),
+                conversation=message.conversation, address=json.dumps(dict(address)),
                 text=text, max_chars=message.max_chars, state="pending", chunks_sent=0,
                 attempts=0, next_attempt=now, created=now, last_error=None))
+
+    def _preview(self, message: InboundMessage) -> Preview | None:
+        """A preview of the reply as it is written, for channels that can show one."""
+        channel = self.gateway.channels.get(message.channel)
+        if channel is None or message.command is not None or message.notice is not None \
+                or type(channel).stream is Channel.stream:
+            return None
+        return Preview(channel, message.address, self.preview_interval_seconds)
 
     async def _account(self, sender: str) -> User | None:
         gw = self.gateway
@@ -268,7 +286,8 @@ class Inbox:
         return user, ThreadRef(owner, message.conversation, message.conversation,
                                message.channel)
 
-    async def _answer(self, message: InboundMessage) -> str | None:
+    async def _answer(self, message: InboundMessage,
+                      preview: Preview | None = None) -> str | None:
         """Answer the message and store the answer; None when there is nothing to send."""
         gw = self.gateway
         if message.only_known and await gw.store.get_thread(message.conversation) is None:
@@ -283,9 +302,10 @@ class Inbox:
         if message.command is not None:
             return await self._reply(message,
                                      await run_command(gw, message.command, user, ref))
-        return await self._chat(message, user, ref)
+        return await self._chat(message, user, ref, preview)
 
-    async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef) -> str | None:
+    async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,
+                    preview: Preview | None) -> str | None:
         gw = self.gateway
         channel = gw.channels.get(message.channel)
         show_typing = None
@@ -295,7 +315,8 @@ class Inbox:
             try:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):
                     result = await gw.chat(user.user_id, ref, message.text,
-                                           inbound=(message.channel, message.message_id))
+                                           inbound=(message.channel, message.message_id),
+                                           on_text=preview.update if preview else None)
                 return result.reply
             except RateLimited as exc:
                 if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:

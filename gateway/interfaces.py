@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -11,6 +11,9 @@ from .tools import ToolCall
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+# Receives text as the model writes it (a piece, or the whole so far: each user says which).
+TextSink = Callable[[str], Awaitable[None]]
 
 # Where a plugin's prompt section goes: right after the named built-in section (SPEC §4 order).
 SECTION_POSITIONS = (
@@ -86,6 +89,19 @@ class Provider(ABC):
     async def complete(self, request: CompletionRequest) -> Completion:
         """Answer one chat request."""
 
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        """Answer one chat request, awaiting ``on_text(delta)`` with each piece of text as it
+        arrives (the pieces concatenated are the completion's text), and return the whole
+        completion, usage included, as :meth:`complete` does.
+
+        Override it when the upstream API streams. This default, for providers that cannot,
+        calls :meth:`complete` and hands over the whole text as one piece.
+        """
+        completion = await self.complete(request)
+        if completion.text:
+            await on_text(completion.text)
+        return completion
+
 
 class DeliveryRetry(Exception):
     """Raised by :meth:`Channel.send`: the platform asked us to wait ``after`` seconds."""
@@ -134,6 +150,19 @@ class Channel:
 
     async def typing(self, address: Mapping[str, Any]) -> None:
         """Show "typing…" at ``address`` while the agent works (best effort; optional)."""
+
+    async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
+        """Show the reply growing while the model writes it (optional; best effort).
+
+        :param address: the ``InboundMessage.address`` of the message being answered.
+        :param text: the whole reply so far (the model's Markdown, redacted).
+        :param handle: None on the first call; afterwards what the previous call returned.
+        :return: a JSON-serialisable handle of the preview (a message id, say). The gateway
+            calls this at most about once a second per chat. The final reply then reaches
+            :meth:`send` with ``address["preview"]`` set to the last handle, for its first
+            chunk only: turn the preview into that chunk rather than sending a new message.
+        """
+        return None
 
     async def start(self) -> None:
         """Start listening (polling, sockets); called when the gateway starts. Starting a

@@ -97,6 +97,7 @@ class Outbox:
                         "start", delivery.channel, delivery.message_id)
             return
         address = json.loads(delivery.address)
+        later_chunks = {key: value for key, value in address.items() if key != "preview"}
         chunks = split_text(delivery.text, delivery.max_chars)
         sent, attempts = delivery.chunks_sent, delivery.attempts
         deadline = delivery.created + gw.settings.delivery_retry_hours * 3600
@@ -107,7 +108,8 @@ class Outbox:
                 if gw.stopping.is_set():
                     return  # stays in the outbox, due at its next attempt, for the next start
             try:
-                await channel.send(address, chunks[sent])
+                # Only the first chunk may replace a preview shown while the model wrote.
+                await channel.send(address if sent == 0 else later_chunks, chunks[sent])
             except DeliveryFailed as exc:
                 log.error("outbox: %s refused the reply to %s for good: %s", delivery.channel,
                           delivery.message_id, describe(exc))

@@ -1,7 +1,10 @@
 """The ``openai`` provider: any OpenAI-compatible ``/chat/completions`` endpoint over aiohttp.
 
 Retries 429 and 5xx answers (and dropped connections) with exponential backoff, honouring
-``Retry-After``; a request that outlives ``CLOUDYBOT_LLM_TIMEOUT_SECONDS`` is a 504.
+``Retry-After``; a request that outlives ``CLOUDYBOT_LLM_TIMEOUT_SECONDS`` is a 504. Streams
+(``stream: true`` with ``stream_options.include_usage``) when the gateway asks for text as it
+arrives; a stream that breaks off after text was handed on is a 502, never retried (the text
+would come twice).
 
 The answer is untrusted input (SPEC §11): a body that is not a chat completion (no choices,
 nested too deep to parse, a tool call without an id or name) is a 502; usage counts that are
@@ -16,6 +19,7 @@ import email.utils
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -39,6 +43,9 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # No call reads or writes a billion tokens: a larger count is not a count (the gateway then
 # applies SPEC §11's tighter bounds to what is left).
 MAX_REPORTED_TOKENS = 10**9
+# What one streamed answer may amount to (text and tool calls), and how many tool calls.
+MAX_STREAM_CHARS = 4_000_000
+MAX_STREAMED_TOOL_CALLS = 128
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -85,14 +92,40 @@ class OpenAIProvider(Provider):
             await self._session.close()
             self._session = None
 
-    async def complete(self, request: CompletionRequest) -> Completion:
-        """POST the request; retry what is worth retrying; map failures to 502/504."""
-        if self._session is None:
-            raise ProviderError("the openai provider has not started")
+    def _payload(self, request: CompletionRequest) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": request.model, "messages": list(request.messages),
                                    "max_tokens": request.max_tokens}
         if request.tools:
             payload["tools"] = list(request.tools)
+        return payload
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """POST the request; retry what is worth retrying; map failures to 502/504."""
+        async def read(response: aiohttp.ClientResponse) -> Completion:
+            return self._parse(await _json_body(response), request.model)
+        return await self._call(self._payload(request), read)
+
+    async def stream(self, request: CompletionRequest,
+                     on_text: Callable[[str], Awaitable[None]]) -> Completion:
+        """As :meth:`complete`, with ``stream: true``: each piece of content is handed to
+        ``on_text`` as it arrives; tool calls and usage are gathered from the events."""
+        payload = {**self._payload(request), "stream": True,
+                   "stream_options": {"include_usage": True}}
+
+        async def read(response: aiohttp.ClientResponse) -> Completion:
+            if response.content_type != "text/event-stream":  # a server that cannot stream
+                completion = self._parse(await _json_body(response), request.model)
+                if completion.text:
+                    await on_text(completion.text)
+                return completion
+            return self._parse(await _gather_stream(response, on_text), request.model)
+        return await self._call(payload, read)
+
+    async def _call(self, payload: dict[str, Any],
+                    read: Callable[[aiohttp.ClientResponse], Awaitable[Completion]],
+                    ) -> Completion:
+        if self._session is None:
+            raise ProviderError("the openai provider has not started")
         for attempt in range(self.max_retries + 1):
             last_try = attempt == self.max_retries
             try:
@@ -103,17 +136,14 @@ class OpenAIProvider(Provider):
                         wait = retry_after_seconds(response.headers.get("Retry-After"))
                         await self._back_off(attempt, wait, f"HTTP {response.status}")
                         continue
-                    try:
-                        body = await response.json(content_type=None)
-                    except (ValueError, RecursionError, aiohttp.ClientPayloadError):
-                        body = None  # not JSON, or JSON nested too deep to read: malformed
                     if response.status != 200:
+                        body = await _json_body(response)
                         # The provider's words stay in our log; the client learns the status.
                         log.warning("LLM provider answered HTTP %d: %s", response.status,
                                     _error_detail(body) if body else "")
                         raise ProviderError(
                             f"the LLM provider answered HTTP {response.status}")
-                    return self._parse(body, request.model)
+                    return await read(response)
             except TimeoutError:
                 raise ProviderTimeout(
                     f"the LLM provider did not answer within {self.timeout:g} s") from None
@@ -166,6 +196,96 @@ class OpenAIProvider(Provider):
             tool_calls=tuple(_tool_call(call) for call in calls),
             raw=body,
         )
+
+
+async def _json_body(response: aiohttp.ClientResponse) -> Any:
+    """The body as JSON; None when it is not JSON or nested too deep to read (malformed)."""
+    try:
+        return await response.json(content_type=None)
+    except (ValueError, RecursionError, aiohttp.ClientPayloadError):
+        return None
+
+
+async def _gather_stream(response: aiohttp.ClientResponse,
+                         on_text: Callable[[str], Awaitable[None]]) -> dict[str, Any]:
+    """Read OpenAI's chunked event stream, handing each piece of content to ``on_text``;
+    return what it amounted to as one chat.completion body (for :meth:`_parse`)."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    answer: dict[str, Any] = {}
+    size = 0
+    try:
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # comments, event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except (ValueError, RecursionError):
+                raise _malformed("a stream event is not JSON") from None
+            if not isinstance(event, dict):
+                raise _malformed("a stream event is not an object")
+            for key in ("model", "usage"):
+                if event.get(key) is not None:
+                    answer[key] = event[key]
+            delta = _first_delta(event)
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                size += len(piece)
+                text.append(piece)
+                await on_text(piece)
+            for call in _listed(delta.get("tool_calls")):
+                size += _add_tool_call_delta(calls, call)
+            if size > MAX_STREAM_CHARS:
+                raise _malformed(f"it streamed more than {MAX_STREAM_CHARS} characters")
+    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line too long to read
+        raise ProviderError(f"the LLM provider's stream broke off: {type(exc).__name__}") \
+            from None
+    message: dict[str, Any] = {"content": "".join(text)}
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return {**answer, "choices": [{"message": message}]}
+
+
+def _first_delta(event: dict[str, Any]) -> dict[str, Any]:
+    choices = event.get("choices")
+    if choices is None or choices == []:
+        return {}
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise _malformed("a stream event's choices are not a list of objects")
+    delta = choices[0].get("delta")
+    return delta if isinstance(delta, dict) else {}
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _malformed("tool_calls is not a list")
+    return value
+
+
+def _add_tool_call_delta(calls: dict[int, dict[str, Any]], delta: Any) -> int:
+    """Fold one streamed piece of a tool call into ``calls``; return the characters added."""
+    index = delta.get("index") if isinstance(delta, dict) else None
+    if type(index) is not int or not 0 <= index < MAX_STREAMED_TOOL_CALLS:
+        raise _malformed("a streamed tool call has no usable index")
+    call = calls.setdefault(index, {"id": "", "type": "function",
+                                    "function": {"name": "", "arguments": ""}})
+    if isinstance(delta.get("id"), str):
+        call["id"] = delta["id"]
+    function = delta.get("function")
+    added = 0
+    if isinstance(function, dict):
+        for part in ("name", "arguments"):
+            piece = function.get(part)
+            if isinstance(piece, str):
+                call["function"][part] += piece
+                added += len(piece)
+    return added
 
 
 def _malformed(reason: str) -> ProviderError:

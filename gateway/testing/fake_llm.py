@@ -45,6 +45,11 @@ class Scripted:
     ``raw`` sends those bytes as the body instead of ``body`` as JSON (answers JSON cannot
     encode, such as arrays nested 100,000 deep); ``release`` holds the answer until the event
     is set (after ``delay``), for tests that need calls in flight at a known moment.
+
+    A request with ``"stream": true`` gets a 200 ``body`` as Server-Sent Events, the way OpenAI
+    streams: the content in pieces of ``piece_chars`` characters, ``piece_delay`` seconds apart,
+    then the tool calls, then (with ``stream_options.include_usage``) the usage, then
+    ``data: [DONE]``.
     """
 
     status: int = 200
@@ -53,6 +58,8 @@ class Scripted:
     delay: float = 0.0
     raw: bytes | None = None
     release: asyncio.Event | None = None
+    piece_chars: int = 8
+    piece_delay: float = 0.0
 
 
 def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
@@ -98,7 +105,7 @@ class FakeLLM:
         """The summarization requests."""
         return [r for r in self.requests if r.is_summary]
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.read())
         recorded = Recorded(body, dict(request.headers))
         self.requests.append(recorded)
@@ -107,10 +114,50 @@ class FakeLLM:
             await asyncio.sleep(answer.delay)
         if answer.release is not None:
             await answer.release.wait()
-        if answer.raw is not None:
-            return web.Response(body=answer.raw, status=answer.status, headers=answer.headers,
-                                content_type="application/json")
+        if answer.raw is not None:  # JSON unless the answer's headers say otherwise
+            headers = {"Content-Type": "application/json", **answer.headers}
+            return web.Response(body=answer.raw, status=answer.status, headers=headers)
+        if body.get("stream") is True and answer.status == 200 and isinstance(answer.body, dict):
+            return await self._stream(request, answer, body)
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)
+
+    @staticmethod
+    async def _stream(request: web.Request, answer: Scripted,
+                      asked: dict[str, Any]) -> web.StreamResponse:
+        """``answer.body`` (a chat.completion) as OpenAI's chunked event stream."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               **answer.headers})
+        await response.prepare(request)
+
+        async def event(data: Any) -> None:
+            await response.write(f"data: {json.dumps(data)}\n\n".encode())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": "chatcmpl-test", "object": "chat.completion.chunk",
+                    "model": answer.body.get("model"),
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        message = answer.body["choices"][0]["message"]
+        text = message.get("content") or ""
+        await event(chunk({"role": "assistant", "content": ""}))
+        for start in range(0, len(text), max(1, answer.piece_chars)):
+            if answer.piece_delay:
+                await asyncio.sleep(answer.piece_delay)
+            await event(chunk({"content": text[start:start + answer.piece_chars]}))
+        for index, call in enumerate(message.get("tool_calls") or []):
+            await event(chunk({"tool_calls": [{
+                "index": index, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+            await event(chunk({"tool_calls": [{
+                "index": index, "function": {"arguments": call["function"]["arguments"]}}]}))
+        await event(chunk({}, answer.body["choices"][0].get("finish_reason") or "stop"))
+        if (asked.get("stream_options") or {}).get("include_usage") and "usage" in answer.body:
+            await event({"id": "chatcmpl-test", "object": "chat.completion.chunk",
+                         "model": answer.body.get("model"), "choices": [],
+                         "usage": answer.body["usage"]})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def start(self) -> None:
         """Listen on a free port of 127.0.0.1."""

@@ -24,6 +24,7 @@ class LoopChannel(Channel):
         self.failures: dict[str, list[Exception | None]] = {}
         self.attempts: dict[str, int] = {}
         self.typing_shown = 0
+        self.addresses: list[dict[str, Any]] = []  # of every delivered chunk
         self._arrived = asyncio.Condition()
 
     @hookimpl
@@ -48,6 +49,7 @@ class LoopChannel(Channel):
         if failure is not None:
             raise failure
         async with self._arrived:
+            self.addresses.append(dict(address))
             self.sent.append((address["conversation"], message_id, text))
             self._arrived.notify_all()
 
@@ -69,3 +71,17 @@ class LoopChannel(Channel):
             await asyncio.wait_for(self._arrived.wait_for(lambda: len(self.sent) >= count),
                                    timeout)
         return self.replies()
+
+
+class StreamingLoopChannel(LoopChannel):
+    """The loop channel showing previews while the model writes (``Channel.stream``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.previews: list[tuple[str, str]] = []  # (handle, text) of every preview update
+
+    async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
+        """Record the preview; its handle names the message it answers."""
+        handle = handle or f"preview-of-{address['id']}"
+        self.previews.append((handle, text))
+        return handle
