@@ -14,6 +14,10 @@ milliseconds, well within Slack's 3 seconds.
   ``app_mention`` and as a ``message`` event, and Slack retries deliveries
   (``X-Slack-Retry-Num``); both are de-duplicated by ``channel:ts``, durably.
 - Edits, joins and other message subtypes, and bots' messages (ours included), are ignored.
+- Text (:mod:`channels.slack.mrkdwn`): the model gets what the user typed (the bot's mention
+  removed, Slack's markup made readable, entities decoded, line breaks kept); replies are the
+  model's Markdown as escaped mrkdwn, so no reply can ping ``@channel`` or mention anyone, and
+  links are not previewed.
 - ``/cloudybot new|remember KEY VALUE|forget KEY|memory|usage``: commands, answered at once
   and privately in the command's acknowledgement. In a DM they act on the DM's conversation;
   in a channel (whose conversations are threads a slash command cannot name) only ``usage``
@@ -41,6 +45,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway import Channel, Gateway
 from gateway.errors import BadRequest, NotFound, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+
+from .mrkdwn import escape, from_slack, to_mrkdwn
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +175,7 @@ class SlackChannel(Channel):
         if not (team and channel and user):
             await ack()
             return
-        name, _, argument = (command.get("text") or "").strip().partition(" ")
+        name, _, argument = from_slack(command.get("text") or "").partition(" ")
         name = name.lower() or "help"
         if not channel.startswith("D") and name in THREAD_COMMANDS:
             await ack(IN_A_CHANNEL)
@@ -188,7 +194,7 @@ class SlackChannel(Channel):
             self.gateway.spawn(self._confirm_later(task, client, channel, user))
             return
         if answer:
-            await ack(answer)
+            await ack(escape(answer))  # plain text, shown as mrkdwn: user text in it stays text
         else:
             await ack()
 
@@ -198,7 +204,7 @@ class SlackChannel(Channel):
         if answer:
             try:
                 await self._post(client.chat_postEphemeral, channel=channel, user=user,
-                                 text=answer)
+                                 text=escape(answer))
             except Exception as exc:
                 log.warning("slack: cannot confirm a slash command to %s: %s", user, exc)
 
@@ -211,7 +217,7 @@ class SlackChannel(Channel):
         channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
         if not (team and channel and user and ts):
             return
-        text = self._strip_mention(event.get("text") or "", context.bot_user_id)
+        text = from_slack(event.get("text") or "", context.bot_user_id)
         if not text:
             return
         conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
@@ -225,17 +231,17 @@ class SlackChannel(Channel):
             context[NOT_STORED] = True  # events() answers 503: Slack delivers it again
 
     async def send(self, address: Mapping[str, Any], text: str) -> None:
-        """chat.postMessage into the DM or the thread."""
+        """chat.postMessage of one chunk of the model's Markdown, as escaped mrkdwn, into the DM
+        or the thread. No link previews: Slack would fetch every URL in the reply at once, so a
+        link a prompt injection put there (data in its query string) would leak unclicked."""
         if self.bolt is None:
             raise DeliveryFailed("the Slack channel is not configured")
+        mrkdwn = to_mrkdwn(text)
+        if not mrkdwn:
+            return  # nothing visible (a chunk of whitespace): Slack would refuse "no_text"
         await self._post(self.bolt.client.chat_postMessage, channel=address["channel"],
-                         text=text, thread_ts=address.get("thread_ts"))
-
-    @staticmethod
-    def _strip_mention(text: str, bot_user_id: str | None) -> str:
-        if bot_user_id:
-            text = text.replace(f"<@{bot_user_id}>", " ")
-        return " ".join(text.split())
+                         text=mrkdwn, thread_ts=address.get("thread_ts"),
+                         unfurl_links=False, unfurl_media=False, link_names=False)
 
     @staticmethod
     async def _post(method: Any, **kwargs: Any) -> None:
