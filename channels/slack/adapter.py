@@ -45,6 +45,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway import Channel, Gateway
 from gateway.errors import BadRequest, NotFound, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway.text import split_text
 
 from .mrkdwn import escape, from_slack, to_mrkdwn
 
@@ -232,16 +233,42 @@ class SlackChannel(Channel):
 
     async def send(self, address: Mapping[str, Any], text: str) -> None:
         """chat.postMessage of one chunk of the model's Markdown, as escaped mrkdwn, into the DM
-        or the thread. No link previews: Slack would fetch every URL in the reply at once, so a
-        link a prompt injection put there (data in its query string) would leak unclicked."""
+        or the thread — or chat.update of the preview shown while the model wrote. No link
+        previews: Slack would fetch every URL in the reply at once, so a link a prompt
+        injection put there (data in its query string) would leak unclicked."""
         if self.bolt is None:
             raise DeliveryFailed("the Slack channel is not configured")
         mrkdwn = to_mrkdwn(text)
         if not mrkdwn:
             return  # nothing visible (a chunk of whitespace): Slack would refuse "no_text"
+        preview = address.get("preview")
+        if isinstance(preview, str):
+            try:
+                await self._post(self.bolt.client.chat_update, channel=address["channel"],
+                                 ts=preview, text=mrkdwn)
+                return
+            except DeliveryFailed as exc:  # the preview was deleted: post the reply anew
+                log.info("slack: cannot update the preview %s (%s); posting", preview, exc)
         await self._post(self.bolt.client.chat_postMessage, channel=address["channel"],
                          text=mrkdwn, thread_ts=address.get("thread_ts"),
                          unfurl_links=False, unfurl_media=False, link_names=False)
+
+    async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
+        """The reply growing as the model writes: posted once (its ``ts`` is the handle), then
+        updated with chat.update. It shows what the first message of the reply will hold."""
+        if self.bolt is None:
+            return handle
+        mrkdwn = to_mrkdwn(split_text(text, MAX_CHARS)[0])
+        if not mrkdwn:
+            return handle
+        client = self.bolt.client
+        if handle is None:
+            answer = await client.chat_postMessage(
+                channel=address["channel"], text=mrkdwn, thread_ts=address.get("thread_ts"),
+                unfurl_links=False, unfurl_media=False, link_names=False)
+            return answer.get("ts")
+        await client.chat_update(channel=address["channel"], ts=handle, text=mrkdwn)
+        return handle
 
     @staticmethod
     async def _post(method: Any, **kwargs: Any) -> None:
