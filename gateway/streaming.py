@@ -34,32 +34,32 @@ class Preview:
         self.updates = 0
         self._latest = ""
         self._shown = ""
-        self._wake = asyncio.Event()
-        self._closing = False
+        self._closed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def update(self, text: str) -> None:
-        """The reply so far. Returns at once; the platform sees it within the interval."""
+        """The reply so far. Returns at once; the platform sees it within the interval (the
+        first time one interval after the first piece: a reply written faster than that is
+        simply sent, with no preview and no extra platform call)."""
         self._latest = text
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
-        self._wake.set()
 
     async def close(self) -> Any:
         """Stop updating (an update in flight is let finish, so its handle is known); return
         the preview's handle, or None if nothing was shown."""
-        self._closing = True
-        self._wake.set()
+        self._closed.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         return self.handle
 
     async def _run(self) -> None:
-        while not self._closing:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._closing:
+        while True:
+            try:
+                await asyncio.wait_for(self._closed.wait(), self.interval)
                 return
+            except TimeoutError:
+                pass
             text = self._latest
             if text.strip() and text != self._shown:
                 try:
@@ -68,5 +68,3 @@ class Preview:
                     self.updates += 1
                 except Exception as exc:  # a preview is best effort: the reply still comes
                     log.debug("preview in %s failed: %s", self.channel.name, exc)
-            if not self._closing:
-                await asyncio.sleep(self.interval)

@@ -103,14 +103,15 @@ async def test_a_stream_that_breaks_is_an_apology_that_replaces_the_preview_and_
         streaming_loop: StreamingLoopChannel, start_gateway: StartGateway,
         fake_llm: FakeLLM) -> None:
     harness = await start_gateway(llm_max_retries=0)
-    harness.gateway.inbox.preview_interval_seconds = 0.01
-    broken = (b'data: {"choices": [{"index": 0, "delta": {"content": "Half an ans"}}]}\n\n'
-              b"data: {not json\n\n")
-    fake_llm.script = [Scripted(raw=broken, headers={"Content-Type": "text/event-stream"})]
+    harness.gateway.inbox.preview_interval_seconds = 0.05
+    fake_llm.script = [Scripted(body=completion("Half an answer, and then the line dies"),
+                                piece_chars=6, piece_delay=0.03, break_after=4)]
     await harness.gateway.receive(streaming_loop.message("m1", "hello"))
     await harness.gateway.drain()
     assert streaming_loop.texts() == [PROVIDER_APOLOGY]
-    assert [text for _, text in streaming_loop.previews] == ["Half an ans"]
+    assert streaming_loop.previews  # shown before the stream broke, then replaced
+    assert all("Half an answer, and then".startswith(text)
+               for _, text in streaming_loop.previews)
     assert streaming_loop.addresses[0]["preview"] == "preview-of-m1"
     ledger = await harness.gateway.store.ledger("loop:ada")
     assert [row.kind for row in ledger] == ["grant"]

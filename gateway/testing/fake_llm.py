@@ -49,7 +49,7 @@ class Scripted:
     A request with ``"stream": true`` gets a 200 ``body`` as Server-Sent Events, the way OpenAI
     streams: the content in pieces of ``piece_chars`` characters, ``piece_delay`` seconds apart,
     then the tool calls, then (with ``stream_options.include_usage``) the usage, then
-    ``data: [DONE]``.
+    ``data: [DONE]``; with ``break_after``, a broken event follows that many pieces instead.
     """
 
     status: int = 200
@@ -60,6 +60,7 @@ class Scripted:
     release: asyncio.Event | None = None
     piece_chars: int = 8
     piece_delay: float = 0.0
+    break_after: int | None = None
 
 
 def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
@@ -140,7 +141,11 @@ class FakeLLM:
         message = answer.body["choices"][0]["message"]
         text = message.get("content") or ""
         await event(chunk({"role": "assistant", "content": ""}))
-        for start in range(0, len(text), max(1, answer.piece_chars)):
+        for number, start in enumerate(range(0, len(text), max(1, answer.piece_chars))):
+            if number == answer.break_after:
+                await response.write(b"data: {the stream broke\n\n")
+                await response.write_eof()
+                return response
             if answer.piece_delay:
                 await asyncio.sleep(answer.piece_delay)
             await event(chunk({"content": text[start:start + answer.piece_chars]}))
