@@ -234,6 +234,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("delivery_retry_hours", "channels", "delivery_retry_hours",
            "CLOUDYBOT_DELIVERY_RETRY_HOURS", 24.0, _positive_float,
            "a reply the platform refuses for a passing reason is retried for this long"),
+    Option("channel_streaming", "channels", "streaming", "CLOUDYBOT_CHANNEL_STREAMING", True,
+           _flag, "show channel replies growing while the model writes (where the channel can)"),
     Option("purge_interval_minutes", "accounts", "purge_interval_minutes",
            "CLOUDYBOT_PURGE_INTERVAL_MINUTES", 60.0, _count_float,
            "serve purges expired threads this often (0: only `cloudybot purge`)"),
@@ -282,6 +284,7 @@ class Settings:
     slack_signing_secret: str = ""
     slack_api_base: str = "https://slack.com/api/"
     delivery_retry_hours: float = 24.0
+    channel_streaming: bool = True
     purge_interval_minutes: float = 60.0
     auto_provision: bool = True
     default_plan: str = "free"

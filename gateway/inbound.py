@@ -234,6 +234,7 @@ class Inbox:
         """A preview of the reply as it is written, for channels that can show one."""
         channel = self.gateway.channels.get(message.channel)
         if channel is None or message.command is not None or message.notice is not None \
+                or not self.gateway.settings.channel_streaming \
                 or type(channel).stream is Channel.stream:
             return None
         return Preview(channel, message.address, self.preview_interval_seconds)

@@ -186,3 +186,16 @@ async def test_a_stream_without_usage_is_billed_from_our_own_count(
                 if row.kind == "chat"]
     assert charge.prompt_tokens > 0 and charge.completion_tokens > 0
     assert streaming_loop.texts() == [REPLY]
+
+
+async def test_streaming_can_be_turned_off(
+        streaming_loop: StreamingLoopChannel, start_gateway: StartGateway,
+        fake_llm: FakeLLM) -> None:
+    harness = await start_gateway(channel_streaming=False)
+    harness.gateway.inbox.preview_interval_seconds = 0.01
+    fake_llm.script = [Scripted(body=completion(REPLY), piece_chars=10, piece_delay=0.02)]
+    await harness.gateway.receive(streaming_loop.message("m1", "hello"))
+    await harness.gateway.drain()
+    assert "stream" not in fake_llm.requests[0].body
+    assert streaming_loop.previews == []
+    assert streaming_loop.texts() == [REPLY]
