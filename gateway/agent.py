@@ -12,13 +12,21 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .billing import Admission, CreditsBusy, UsageBounds, charge_for, shown
 from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
-from .interfaces import Completion, CompletionRequest, PromptSection, TextSink, TurnContext
+from .interfaces import (
+    Completion,
+    CompletionRequest,
+    Image,
+    PromptSection,
+    TextSink,
+    TurnContext,
+)
 from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import open_credentials, redact, redact_structure
@@ -39,6 +47,9 @@ if TYPE_CHECKING:
     from .gateway import Gateway
 
 log = logging.getLogger(__name__)
+# What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's
+# high-detail price of a large image (a 2048 x 2048 picture is 1,105 tokens).
+IMAGE_TOKENS = 1105
 # The most characters one character of a password takes in any encoding redaction covers
 # (``\uXXXX``); a streamed preview holds back this many per character of the longest password.
 ESCAPED_CHAR_WIDTH = 6
@@ -269,10 +280,11 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
 
 async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None, inbound: tuple[str, str] | None = None,
-                   on_text: TextSink | None = None,
+                   on_text: TextSink | None = None, images: Sequence[Image] = (),
                    ) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due.
-    ``on_text`` receives the reply as it is written (see :func:`_run_agent`)."""
+    ``on_text`` receives the reply as it is written (see :func:`_run_agent`); ``images`` go
+    to the model with the message, never into memory or the transcript."""
     settings = gw.settings
     with gw.credit_guard.admit(user_id) as admission:  # before the balance is read
         state = await gw.store.load_turn(ref, user_id, specialist)
@@ -283,12 +295,13 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
         gw.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
         admission.require(user.credits)  # 402 if spent; 429 if other turns hold what is left
         return await _answer(gw, user_id, ref, message, specialist, inbound, state,
-                             user.credits, admission, on_text)
+                             user.credits, admission, on_text, images)
 
 
 async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                   specialist: str | None, inbound: tuple[str, str] | None, state: TurnState,
                   balance: int, admission: Admission, on_text: TextSink | None = None,
+                  images: Sequence[Image] = (),
                   ) -> tuple[TurnResult, PendingSummary | None]:
     """The turn after admission: prompt, agent, commit, session, observers."""
     settings = gw.settings
@@ -324,7 +337,8 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
             sections=sections,
             recent=state.messages,
             user_message=message,
-            user_tokens=gw.counter.count(message),
+            user_tokens=gw.counter.count(message) + IMAGE_TOKENS * len(images),
+            user_images=tuple(image.data_url() for image in images),
             exchanges=gw.sessions.exchanges(ref.session_key),
             reserved_tokens=gw.tool_schema_tokens,
         ),

@@ -204,6 +204,10 @@ OPTIONS: tuple[Option, ...] = (
            _count, "retries on 429/5xx, with backoff"),
     Option("llm_max_tokens", "llm", "max_tokens", "CLOUDYBOT_LLM_MAX_TOKENS", 1024,
            _positive_int, "longest reply asked of the model"),
+    Option("llm_vision", "llm", "vision", "CLOUDYBOT_LLM_VISION", False, _flag,
+           "send pictures from channels (Telegram photos, Slack images) to the model"),
+    Option("llm_max_image_bytes", "llm", "max_image_bytes", "CLOUDYBOT_LLM_MAX_IMAGE_BYTES",
+           5_000_000, _positive_int, "largest picture downloaded for the model"),
     Option("max_tool_rounds", "llm", "max_tool_rounds", "CLOUDYBOT_MAX_TOOL_ROUNDS", 5,
            _count, "tool-call rounds per turn before the agent stops with a message"),
     Option("tool_timeout_seconds", "llm", "tool_timeout_seconds",
@@ -272,6 +276,8 @@ class Settings:
     llm_timeout_seconds: float = 60.0
     llm_max_retries: int = 2
     llm_max_tokens: int = 1024
+    llm_vision: bool = False
+    llm_max_image_bytes: int = 5_000_000
     max_tool_rounds: int = 5
     tool_timeout_seconds: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT

@@ -8,7 +8,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from . import agent, hooks, retention, validation
@@ -16,7 +16,7 @@ from .billing import CreditGuard, RateLimiter, period_of, worst_case
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
-from .interfaces import Channel, Provider, TextSink
+from .interfaces import Channel, Image, Provider, TextSink
 from .locks import KeyedLocks, Lease
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
@@ -401,14 +401,16 @@ class Gateway:
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None = None,
                    inbound: tuple[str, str] | None = None,
-                   on_text: TextSink | None = None) -> agent.TurnResult:
+                   on_text: TextSink | None = None,
+                   images: Sequence[Image] = ()) -> agent.TurnResult:
         """Run one turn on the thread, after any turn already running there.
 
         ``user_id`` is billed (in a group chat the sender, not the thread's owner);
         ``inbound`` is the (channel, message id) the turn answers, marked in its commit;
         ``on_text``, when given, is awaited with the reply written so far as the provider
         streams it (redacted, growing; it starts again after a round of tool calls). Streaming
-        changes nothing that is stored or billed.
+        changes nothing that is stored or billed. ``images`` (pictures the user sent) go to
+        the model with the message; only the message's text is stored.
         """
         validation.text(message, "message", self.settings.max_message_chars)
         if specialist is not None:
@@ -416,7 +418,7 @@ class Gateway:
         lease = await self.locks.acquire(ref.session_key)
         try:
             result, pending = await agent.run_turn(self, user_id, ref, message, specialist,
-                                                   inbound, on_text)
+                                                   inbound, on_text, images)
         except BaseException:
             lease.release()
             raise

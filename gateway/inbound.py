@@ -39,7 +39,7 @@ from .errors import (
     ProviderError,
     RateLimited,
 )
-from .interfaces import Channel, DeliveryFailed, DeliveryRetry
+from .interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image
 from .queues import ConversationQueues
 from .store import Delivery, InboxEntry, ThreadRef, User
 from .streaming import PREVIEW_INTERVAL_SECONDS, Preview
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .gateway import Gateway
 
 __all__ = [
+    "Attachment",
     "Command",
     "DeliveryFailed",
     "DeliveryRetry",
@@ -63,6 +64,7 @@ TYPING_INTERVAL_SECONDS = 4.0
 # A reply that comes this fast needs no "typing…" (a platform call as costly as the reply).
 TYPING_DELAY_SECONDS = 1.0
 SEALED_AS = "inbox"  # the associated data of sealed inbox payloads
+FETCH_TIMEOUT_SECONDS = 30.0  # one attachment's download
 
 NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts only. "
                    "Ask its operator to create an account for you.")
@@ -103,6 +105,9 @@ class InboundMessage:
     :param only_known: handle it only if the conversation already exists (a thread reply
         that does not address the bot).
     :param max_chars: the platform's longest message; longer replies are split.
+    :param attachments: files that came with it (pictures), fetched through the channel for
+        the model when ``CLOUDYBOT_LLM_VISION=true``; ``text`` should name them, for the
+        transcript (``[photo: cat.jpg] look``).
     """
 
     channel: str
@@ -115,6 +120,7 @@ class InboundMessage:
     notice: str | None = None
     only_known: bool = False
     max_chars: int = 4000
+    attachments: tuple[Attachment, ...] = ()
 
 
 @asynccontextmanager
@@ -193,7 +199,8 @@ class Inbox:
         command = message.command
         payload = {"sender": message.sender, "text": message.text,
                    "command": [command.name, command.argument] if command else None,
-                   "notice": message.notice, "only_known": message.only_known}
+                   "notice": message.notice, "only_known": message.only_known,
+                   "attachments": [[a.kind, a.name, dict(a.ref)] for a in message.attachments]}
         return self.gateway.secret_box.seal({"message": json.dumps(payload)}, SEALED_AS)
 
     def _restore(self, entry: InboxEntry) -> InboundMessage | None:
@@ -208,7 +215,9 @@ class Inbox:
             address=json.loads(entry.address),
             command=Command(command[0], command[1]) if command else None,
             notice=payload["notice"], only_known=payload["only_known"],
-            max_chars=entry.max_chars)
+            max_chars=entry.max_chars,
+            attachments=tuple(Attachment(kind, name, ref)
+                              for kind, name, ref in payload.get("attachments", ())))
 
     # --- answering ------------------------------------------------------------------------
     async def _handle(self, message: InboundMessage) -> None:
@@ -238,6 +247,29 @@ class Inbox:
                 or type(channel).stream is Channel.stream:
             return None
         return Preview(channel, message.address, self.preview_interval_seconds)
+
+    async def _images(self, message: InboundMessage) -> list[Image]:
+        """The message's pictures, downloaded through its channel for a vision model; one that
+        cannot be had is left out (the text already names it)."""
+        gw = self.gateway
+        channel = gw.channels.get(message.channel)
+        if not gw.settings.llm_vision or channel is None:
+            return []
+        images = []
+        for attachment in message.attachments:
+            if attachment.kind != "image":
+                continue
+            try:
+                image = await asyncio.wait_for(
+                    channel.fetch(attachment, gw.settings.llm_max_image_bytes),
+                    FETCH_TIMEOUT_SECONDS)
+            except Exception as exc:
+                log.warning("%s: cannot fetch %s (%s: %s)", message.channel, attachment.name,
+                            type(exc).__name__, exc)
+                continue
+            if image is not None:
+                images.append(image)
+        return images
 
     async def _account(self, sender: str) -> User | None:
         gw = self.gateway
@@ -308,6 +340,7 @@ class Inbox:
     async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,
                     preview: Preview | None) -> str | None:
         gw = self.gateway
+        images = await self._images(message)
         channel = gw.channels.get(message.channel)
         show_typing = None
         if channel is not None and type(channel).typing is not Channel.typing:
@@ -317,7 +350,8 @@ class Inbox:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):
                     result = await gw.chat(user.user_id, ref, message.text,
                                            inbound=(message.channel, message.message_id),
-                                           on_text=preview.update if preview else None)
+                                           on_text=preview.update if preview else None,
+                                           images=images)
                 return result.reply
             except RateLimited as exc:
                 if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:

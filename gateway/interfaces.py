@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,30 @@ class PromptSection:
 
     position: Position
     text: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """A picture the user sent, for a model that reads images (``CLOUDYBOT_LLM_VISION``)."""
+
+    mime: str
+    data: bytes
+    name: str
+
+    def data_url(self) -> str:
+        """The picture as a ``data:`` URL (how OpenAI-compatible APIs take image input)."""
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a channel message: ``kind`` (``image``), a ``name`` for the
+    transcript, and ``ref``, JSON-serialisable data the channel's :meth:`Channel.fetch` reads
+    it with (a Telegram ``file_id``, a Slack file URL)."""
+
+    kind: str
+    name: str
+    ref: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +175,12 @@ class Channel:
 
     async def typing(self, address: Mapping[str, Any]) -> None:
         """Show "typing…" at ``address`` while the agent works (best effort; optional)."""
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> Image | None:
+        """Download an attachment of an inbound message (optional): the picture, or None when
+        it cannot be had (too large: over ``max_bytes``; gone; not a picture). Called only with
+        ``CLOUDYBOT_LLM_VISION=true``."""
+        return None
 
     async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
         """Show the reply growing while the model writes it (optional; best effort).

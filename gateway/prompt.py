@@ -54,6 +54,8 @@ class PromptInputs:
     exchanges: Mapping[int, ToolExchange] = field(default_factory=dict)
     # tokens sent besides the messages (the tool schemas)
     reserved_tokens: int = 0
+    # pictures sent with the new user message, as data: URLs (counted in user_tokens)
+    user_images: Sequence[str] = ()
 
 
 @dataclass
@@ -70,13 +72,20 @@ class Prompt:
     user_message: str
     prompt_tokens: int
     dropped: int
+    user_images: Sequence[str] = ()
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """System message, kept history, new user message."""
+        """System message, kept history, new user message (with its pictures as
+        ``image_url`` parts, when it has some)."""
         history = [message for unit in self.units for message in unit]
+        content: str | list[dict[str, Any]] = self.user_message
+        if self.user_images:
+            content = [{"type": "text", "text": self.user_message},
+                       *({"type": "image_url", "image_url": {"url": url}}
+                         for url in self.user_images)]
         return [{"role": "system", "content": self.system_text}, *history,
-                {"role": "user", "content": self.user_message}]
+                {"role": "user", "content": content}]
 
     def drop_oldest(self) -> bool:
         """Drop the oldest kept unit; False if there is none left."""
@@ -162,4 +171,4 @@ def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> P
         kept += 1
     first = len(units) - kept
     return Prompt(system_text, units[first:], costs[first:], inputs.user_message,
-                  max_context - budget, first)
+                  max_context - budget, first, tuple(inputs.user_images))

@@ -6,6 +6,7 @@ It lets the gateway run (and be tried) anywhere. It is a provider plugin like an
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gateway import Completion, CompletionRequest, Gateway, Provider, hookimpl
 
@@ -43,7 +44,7 @@ class OfflineProvider(Provider):
     def _reply(messages: list[dict[str, str]]) -> str:
         system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         history = [m for m in messages[1:-1] if m["role"] in ("user", "assistant")]
-        said = messages[-1]["content"] if messages else ""
+        said = _text_of(messages[-1]["content"]) if messages else ""
         facts = []
         if "<pinned>" in system:
             pinned = system.split("<pinned>", 1)[1].split("</pinned>", 1)[0]
@@ -55,6 +56,14 @@ class OfflineProvider(Provider):
         facts.append(f"{len(history)} recent message{'s' if len(history) != 1 else ''}")
         return (f"(offline mode: no LLM is configured) You said: \"{_quote(said)}\". "
                 f"I can see {'; '.join(facts)}.")
+
+
+def _text_of(content: Any) -> str:
+    """A message's text, also when it is a list of parts (text and pictures)."""
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content
+                        if isinstance(part, dict) and part.get("type") == "text")
+    return str(content)
 
 
 @hookimpl(trylast=True)

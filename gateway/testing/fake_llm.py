@@ -81,6 +81,8 @@ def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int
 def default_reply(request: Recorded) -> Scripted:
     """Summaries say what they folded; chat replies echo the user's last message."""
     last = request.messages[-1]["content"]
+    if isinstance(last, list):  # text and pictures: echo the text
+        last = " ".join(part["text"] for part in last if part.get("type") == "text")
     if request.is_summary:
         return Scripted(body=completion(f"SUMMARY[{len(last)} chars folded]"))
     return Scripted(body=completion(f"echo: {last}"))

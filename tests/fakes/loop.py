@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway import Channel, Gateway, hookimpl
 from gateway.inbound import InboundMessage
+from gateway.interfaces import Attachment, Image
 
 
 class LoopChannel(Channel):
@@ -25,6 +26,8 @@ class LoopChannel(Channel):
         self.attempts: dict[str, int] = {}
         self.typing_shown = 0
         self.addresses: list[dict[str, Any]] = []  # of every delivered chunk
+        self.files: dict[str, bytes] = {}  # pictures by id, for fetch()
+        self.fetched: list[str] = []
         self._arrived = asyncio.Condition()
 
     @hookimpl
@@ -52,6 +55,15 @@ class LoopChannel(Channel):
             self.addresses.append(dict(address))
             self.sent.append((address["conversation"], message_id, text))
             self._arrived.notify_all()
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> Image | None:
+        """A picture from ``files``; None if unknown or larger than ``max_bytes``."""
+        file_id = attachment.ref["id"]
+        self.fetched.append(file_id)
+        data = self.files.get(file_id)
+        if data is None or len(data) > max_bytes:
+            return None
+        return Image("image/png", data, attachment.name)
 
     async def typing(self, address: Mapping[str, Any]) -> None:
         """Count typing actions."""
