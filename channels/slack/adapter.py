@@ -32,7 +32,9 @@ import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlparse
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
@@ -45,6 +47,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway import Channel, Gateway
 from gateway.errors import BadRequest, NotFound, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway.interfaces import Attachment, Image
 from gateway.text import split_text
 
 from .mrkdwn import escape, from_slack, to_mrkdwn
@@ -62,12 +65,31 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
                 "Use /cloudybot new, remember, forget and memory in a DM with me; "
                 "/cloudybot usage works anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+FILE_HOST = "files.slack.com"
+PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+MAX_PICTURES = 4  # per message
 NOT_STORED = "cloudybot_not_stored"  # context flag: the event could not enter the inbox
 WORKING_ON_IT = "Working on it: I'll confirm here in a moment."
 # ok:false errors worth another try; every other one (missing_scope, channel_not_found...)
 # would fail the same way again
 TEMPORARY_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error",
                               "service_unavailable", "request_timeout"})
+
+
+def _pictures(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    """The pictures shared with a message (``files`` of a ``file_share``), at most a few."""
+    files = event.get("files")
+    if not isinstance(files, list):
+        return ()
+    pictures = []
+    for item in files:
+        if not isinstance(item, dict) or item.get("mimetype") not in PICTURE_TYPES:
+            continue
+        url = item.get("url_private_download") or item.get("url_private")
+        if isinstance(url, str):
+            name = str(item.get("name") or "image")[:100]
+            pictures.append(Attachment("image", name, {"url": url, "mime": item["mimetype"]}))
+    return tuple(pictures[:MAX_PICTURES])
 
 
 class SlackChannel(Channel):
@@ -81,6 +103,10 @@ class SlackChannel(Channel):
         self.bolt: AsyncApp | None = None
         self.verifier: SignatureVerifier | None = None
         self.command_ack_seconds = COMMAND_ACK_SECONDS
+        self._token = settings.slack_bot_token
+        # Pictures are downloaded only from Slack's file host (or the configured API's host).
+        self._file_hosts = {FILE_HOST, urlparse(settings.slack_api_base).hostname or ""}
+        self._downloads: aiohttp.ClientSession | None = None
         if settings.slack_bot_token:
             self.verifier = SignatureVerifier(settings.slack_signing_secret)
             client = AsyncWebClient(token=settings.slack_bot_token,
@@ -219,6 +245,9 @@ class SlackChannel(Channel):
         if not (team and channel and user and ts):
             return
         text = from_slack(event.get("text") or "", context.bot_user_id)
+        pictures = _pictures(event) if self.gateway.settings.llm_vision else ()
+        if pictures:  # the transcript names them; the model sees them
+            text = " ".join([*(f"[image: {p.name}]" for p in pictures), text]).strip()
         if not text:
             return
         conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
@@ -227,7 +256,7 @@ class SlackChannel(Channel):
                 channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
                 message_id=f"{channel}:{ts}", text=text,
                 address={"channel": channel, "thread_ts": thread_ts or reply_ts},
-                only_known=only_known, max_chars=MAX_CHARS))
+                only_known=only_known, max_chars=MAX_CHARS, attachments=pictures))
         except Unavailable:
             context[NOT_STORED] = True  # events() answers 503: Slack delivers it again
 
@@ -252,6 +281,31 @@ class SlackChannel(Channel):
         await self._post(self.bolt.client.chat_postMessage, channel=address["channel"],
                          text=mrkdwn, thread_ts=address.get("thread_ts"),
                          unfurl_links=False, unfurl_media=False, link_names=False)
+
+    async def start(self) -> None:
+        """Open the HTTP session that downloads pictures (vision)."""
+        if self._downloads is None:
+            self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+
+    async def close(self) -> None:
+        """Close the download session."""
+        downloads, self._downloads = self._downloads, None
+        if downloads is not None:
+            await downloads.close()
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> Image | None:
+        """Download a picture from Slack's file host with the bot token; None when it is
+        larger than ``max_bytes``, not a picture, or not on Slack's host."""
+        url, mime = attachment.ref.get("url"), attachment.ref.get("mime")
+        if self._downloads is None or not isinstance(url, str) or mime not in PICTURE_TYPES \
+                or urlparse(url).hostname not in self._file_hosts:
+            return None
+        async with self._downloads.get(url, headers={"Authorization": f"Bearer {self._token}"},
+                                       allow_redirects=False) as response:
+            if response.status != 200 or (response.content_length or 0) > max_bytes:
+                return None
+            data = await response.content.read(max_bytes + 1)
+        return Image(str(mime), data, attachment.name) if len(data) <= max_bytes else None
 
     async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
         """The reply growing as the model writes: posted once (its ``ts`` is the handle), then

@@ -54,6 +54,8 @@ class FakeSlack:
         self._ts = itertools.count(1)
         self._server = LoopbackServer()
         self.base_url = ""
+        self.files: dict[str, tuple[str, bytes]] = {}  # served at /files/{name}: (type, bytes)
+        self.downloads: list[tuple[str, str]] = []  # (name, Authorization header) of each GET
 
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of one method, in order."""
@@ -100,8 +102,22 @@ class FakeSlack:
         """Listen on a free port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/api/{method}", self._handle)
+        app.router.add_get("/files/{name}", self._file)
         port = await self._server.serve(app)
         self.base_url = f"http://127.0.0.1:{port}/api/"
+
+    def file_url(self, name: str) -> str:
+        """Where the fake serves a file added to ``files`` (as ``url_private_download``)."""
+        return self.base_url.removesuffix("/api/") + f"/files/{name}"
+
+    async def _file(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.downloads.append((name, request.headers.get("Authorization", "")))
+        if name not in self.files or request.headers.get("Authorization") != \
+                f"Bearer {self.token}":
+            return web.Response(status=404)
+        content_type, data = self.files[name]
+        return web.Response(body=data, content_type=content_type)
 
     async def close(self) -> None:
         """Stop listening."""
