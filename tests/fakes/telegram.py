@@ -5,6 +5,11 @@ JSON), answers are ``{"ok": true, "result": ...}``. Every call is recorded. ``fa
 injects errors; ``updates`` feeds ``getUpdates`` (bounded long poll) for polling mode. As the
 real Bot API, getUpdates keeps returning an update until a later call confirms it with an
 ``offset`` above its ``update_id``.
+
+sendMessage checks what Telegram checks: a text of 1-4096 UTF-16 code units, and ``entities``
+(:func:`sent_entities`) of known types inside the text; it answers 400 otherwise.
+``refuse_entities`` makes it refuse every message with entities ("can't parse entities"), and
+``group_flood`` = (messages, seconds) answers 429 to a group sent more than that.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +30,11 @@ TOKEN = "123456:TEST-token"
 SECRET = "webhook-s3cret_value"
 BOT_ID = 7000000001
 BOT_USERNAME = "gateway_test_bot"
+MAX_TEXT_UNITS = 4096
+ENTITY_TYPES = frozenset({
+    "mention", "hashtag", "cashtag", "bot_command", "url", "email", "phone_number", "bold",
+    "italic", "underline", "strikethrough", "spoiler", "blockquote", "expandable_blockquote",
+    "code", "pre", "text_link", "text_mention", "custom_emoji", "date_time"})
 
 
 @dataclass
@@ -51,6 +63,10 @@ class FakeTelegram:
         self.confirmed_below = 0  # the highest offset a getUpdates call sent
         self.polling_now = 0  # getUpdates calls in flight
         self.most_concurrent_polls = 0
+        self.refuse_entities = False  # answer 400 "can't parse entities" to any entities
+        self.group_flood: tuple[int, float] | None = None  # (messages, seconds) per group
+        self.floods = 0  # 429s answered for group_flood
+        self._group_sends: defaultdict[int, deque[float]] = defaultdict(deque)
 
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of one method, in order."""
@@ -106,17 +122,44 @@ class FakeTelegram:
 
     async def _sendMessage(self, params: dict[str, Any]) -> web.Response:
         chat_id = int(params["chat_id"])
+        text = params.get("text", "")
+        entities = json.loads(params.get("entities") or "[]")
+        refusal = refuse_message(text, entities)
+        if refusal is None and entities and self.refuse_entities:
+            refusal = "can't parse entities: Unsupported entity at byte offset 0"
+        if refusal is not None:
+            return bad_request(refusal)
+        if chat_id < 0 and self.group_flood is not None and self._flooded(chat_id):
+            self.floods += 1
+            return web.json_response({
+                "ok": False, "error_code": 429, "parameters": {"retry_after": 1},
+                "description": "Too Many Requests: retry after 1"}, status=429)
         message: dict[str, Any] = {
             "message_id": next(self._message_ids), "date": 1767225700,
             "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
             "from": {"id": BOT_ID, "is_bot": True, "first_name": "Gateway Test",
                      "username": BOT_USERNAME},
-            "text": params["text"],
+            "text": text,
         }
+        if entities:
+            message["entities"] = entities
         if "message_thread_id" in params:
             message["message_thread_id"] = int(params["message_thread_id"])
             message["is_topic_message"] = True
         return self._ok(message)
+
+    def _flooded(self, chat_id: int) -> bool:
+        """More than ``group_flood`` messages to this group within its window?"""
+        assert self.group_flood is not None
+        most, seconds = self.group_flood
+        now = time.monotonic()
+        sends = self._group_sends[chat_id]
+        while sends and sends[0] <= now - seconds:
+            sends.popleft()
+        if len(sends) >= most:
+            return True
+        sends.append(now)
+        return False
 
     async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
@@ -162,6 +205,40 @@ class FakeTelegram:
     async def close(self) -> None:
         """Stop listening."""
         await self._server.close()
+
+
+def utf16_len(text: str) -> int:
+    """The length Telegram measures: UTF-16 code units (an emoji outside the BMP is two)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def refuse_message(text: str, entities: list[dict[str, Any]]) -> str | None:
+    """Why the Bot API would refuse this sendMessage text and entities, or None."""
+    size = utf16_len(text)
+    if not text.strip():
+        return "message text is empty"
+    if size > MAX_TEXT_UNITS:
+        return "message is too long"
+    for entity in entities:
+        offset, length = entity.get("offset"), entity.get("length")
+        if entity.get("type") not in ENTITY_TYPES or not isinstance(offset, int) \
+                or not isinstance(length, int) or offset < 0 or length <= 0 \
+                or offset + length > size:
+            return f"can't parse entities: wrong entity {json.dumps(entity)}"
+        if entity["type"] == "text_link" and not entity.get("url"):
+            return "can't parse entities: text_link without url"
+    return None
+
+
+def bad_request(reason: str) -> web.Response:
+    """The Bot API's 400 (-> ``BadRequest``)."""
+    return web.json_response({"ok": False, "error_code": 400,
+                              "description": f"Bad Request: {reason}"}, status=400)
+
+
+def sent_entities(call: Call) -> list[dict[str, Any]]:
+    """The ``entities`` of a sendMessage call (PTB sends them as JSON text), [] if none."""
+    return list(json.loads(call.params.get("entities") or "[]"))
 
 
 def loads_param(call: Call, name: str) -> Any:
