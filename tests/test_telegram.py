@@ -46,7 +46,7 @@ async def test_private_message_is_answered_through_the_bot_api(
     assert sent.params["chat_id"] == str(ADA)
     assert sent.params["text"] == "echo: Hi! What's on my list today?"
     assert "message_thread_id" not in sent.params
-    assert "parse_mode" not in sent.params  # plain text: user text can never break formatting
+    assert "parse_mode" not in sent.params  # entities, never a parse mode: no text breaks it
     assert fake_telegram.calls_to("sendChatAction")[0].params["action"] == "typing"
     await tg.gateway.drain()
     thread = await tg.gateway.store.get_thread(f"telegram:{ADA}")

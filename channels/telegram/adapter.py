@@ -8,8 +8,9 @@ forum topic; senders are accounts ``telegram:{user_id}``.
 What it does with each kind of update:
 
 - private text: a turn. In groups, only when the bot is @mentioned, replied to, or given one of
-  its commands (``CLOUDYBOT_TELEGRAM_GROUP_MODE=all`` answers every message it sees); the
-  mention is removed.
+  its commands (``CLOUDYBOT_TELEGRAM_GROUP_MODE=all`` answers every message it sees). The
+  bot's own mention is removed; everything else (line breaks, indentation, code) reaches the
+  model as written.
 - ``/start`` ``/help`` ``/new`` ``/remember KEY VALUE`` ``/forget KEY`` ``/memory`` ``/usage``:
   commands (no LLM call). ``/other@thisbot text`` is chat about ``text``; ``/other`` without
   ``@thisbot`` is ordinary text (in a group, someone else's bot command).
@@ -21,10 +22,13 @@ What it does with each kind of update:
 
 An update is acknowledged only once it is in the gateway's durable inbox: the webhook answers
 200 after the commit, and polling asks for the next offset only after the batch before it was
-committed. Replies are plain text (never a parse error on user text), split under 4096
-characters, sent in the same forum topic, with "typing…" while the agent works. A 429's
-``retry_after`` is honoured; a group that became a supergroup is answered at its new id. The
-bot token never reaches the logs.
+committed. Replies are the model's Markdown sent as Telegram formatting (text plus entities, see
+:mod:`.render`; the Markdown source as plain text if Telegram refuses them), at most 4096
+UTF-16 code units a message, in the same forum topic, with "typing…" while the agent works.
+Sends are paced by python-telegram-bot's ``AIORateLimiter`` to the Bot API's limits (30
+messages a second, 20 a minute per group); a 429's ``retry_after`` is still honoured, by the
+outbox. A group that became a supergroup is answered at its new id. A token that does not look
+like one stops start-up; the bot token never reaches the logs.
 """
 
 from __future__ import annotations
@@ -34,17 +38,19 @@ import hmac
 import itertools
 import json
 import logging
+import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
 from telegram import Bot, Message, MessageEntity, ReplyParameters, Update
-from telegram.constants import ChatAction, ChatType, MessageLimit
+from telegram.constants import ChatAction, ChatType, FloodLimit, MessageLimit
 from telegram.error import BadRequest as TelegramBadRequest
 from telegram.error import ChatMigrated, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.error import Forbidden as TelegramForbidden
+from telegram.ext import AIORateLimiter, ExtBot
 from telegram.warnings import PTBDeprecationWarning
 
 from gateway import Channel, Gateway
@@ -52,7 +58,7 @@ from gateway.errors import BadRequest, ConfigError, Forbidden, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 from gateway.logs import redact_in_logs
 
-from . import NAME
+from . import NAME, render
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,12 @@ TEXT_ONLY = ("I can only read text for now — send me your question as a messag
 ALLOWED_UPDATES = ["message", "edited_message"]
 CONNECT_RETRY_SECONDS = (1, 2, 5, 10, 30, 60)
 POLL_TIMEOUT_SECONDS = 30  # Telegram's long poll: getUpdates waits this long for an update
+# The Bot API's limits, (messages, per seconds), kept before sending (tests lower them).
+OVERALL_RATE = (float(FloodLimit.MESSAGES_PER_SECOND), 1.0)
+GROUP_RATE = (float(FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP), 60.0)
+TOKEN_FORMAT = re.compile(r"\d+:[A-Za-z0-9_-]+")  # what @BotFather gives: 123456:ABC-def_1
+# Telegram's words when it refuses a message's formatting (BadRequest): send it plain instead.
+REFUSED_FORMATTING = re.compile(r"entit|pars|url", re.IGNORECASE)
 
 
 def retry_after_seconds(error: RetryAfter) -> float:
@@ -87,13 +99,51 @@ def _our_mentions(message: Message, username: str) -> list[MessageEntity]:
     return [entity for entity, text in entities.items() if text.lower() == wanted]
 
 
-def _without_mentions(text: str, mentions: list[MessageEntity]) -> str:
-    """``text`` with the given mention entities cut out (offsets are UTF-16, as Telegram's)."""
+def _without_mentions(text: str, mentions: Sequence[MessageEntity], start: int = 0) -> str:
+    """``text[start:]`` with the given mention entities cut out (their offsets are UTF-16 code
+    units into ``text``, as Telegram's), and trimmed: nothing else changes, so line breaks,
+    indentation and code blocks reach the model as written. A cut after a space takes that
+    space with it when a space, a line break, punctuation or the end follows: ``ask @bot now``
+    is ``ask now``, ``thanks @bot!`` is ``thanks!``.
+    """
     encoded = text.encode("utf-16-le")
-    for entity in sorted(mentions, key=lambda e: e.offset, reverse=True):
-        start, end = entity.offset * 2, (entity.offset + entity.length) * 2
-        encoded = encoded[:start] + encoded[end:]
-    return " ".join(encoded.decode("utf-16-le").split())
+    cursor = len(text[:start].encode("utf-16-le"))
+    kept = ""
+    for entity in sorted(mentions, key=lambda e: e.offset):
+        begin, end = entity.offset * 2, (entity.offset + entity.length) * 2
+        if begin < cursor:
+            continue
+        kept += encoded[cursor:begin].decode("utf-16-le")
+        after = encoded[end:end + 4].decode("utf-16-le", "ignore")[:1]
+        if kept.endswith(" ") and (not after or after.isspace() or after in ".,;:!?"):
+            kept = kept[:-1]
+        cursor = end
+    return _trim(kept + encoded[cursor:].decode("utf-16-le"))
+
+
+def _trim(text: str) -> str:
+    """``text`` without the blank lines and spaces around it, keeping the indentation of its
+    first line when a line break came before it (code pasted after a mention)."""
+    text = text.rstrip()
+    lead = len(text) - len(text.lstrip())
+    newline = text.rfind("\n", 0, lead)
+    return text[newline + 1 if newline >= 0 else lead:]
+
+
+class PacedRateLimiter(AIORateLimiter):
+    """python-telegram-bot's AIORateLimiter for messages; "typing…" (``sendChatAction``)
+    passes without spending a group's 20 messages a minute."""
+
+    async def process_request(
+        self, callback: Callable[..., Coroutine[Any, Any, bool | dict[str, Any]
+                                                | list[dict[str, Any]]]],
+        args: Any, kwargs: dict[str, Any], endpoint: str, data: dict[str, Any],
+        rate_limit_args: int | None,
+    ) -> bool | dict[str, Any] | list[dict[str, Any]]:
+        if endpoint == "sendChatAction":
+            return await callback(*args, **kwargs)
+        return await super().process_request(callback, args, kwargs, endpoint, data,
+                                             rate_limit_args)
 
 
 class TelegramChannel(Channel):
@@ -109,27 +159,44 @@ class TelegramChannel(Channel):
         self.webhook_url = settings.telegram_webhook_url
         self.group_mode = settings.telegram_group_mode
         self.api_base = settings.telegram_api_base
-        self.bot: Bot | None = None
+        self.bot: ExtBot[int] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._polling: asyncio.Task[None] | None = None
-        redact_in_logs(self.token)
+        # Only a real token is masked in the logs: masking "x" would rewrite every log line.
+        self.token_ok = TOKEN_FORMAT.fullmatch(self.token) is not None
+        if self.token_ok:
+            redact_in_logs(self.token)
 
     @property
     def uses_webhook(self) -> bool:
         """Webhook mode when a secret is configured; long polling otherwise."""
         return bool(self.secret)
 
+    def check_token(self) -> None:
+        """Raise ConfigError unless the token looks like one (no request is made)."""
+        if not self.token_ok:
+            raise ConfigError("CLOUDYBOT_TELEGRAM_TOKEN is not a bot token: expected digits, "
+                              "a colon and letters, digits, _ or - (123456:ABC-def, from "
+                              "@BotFather)")
+
     def routes(self) -> list[web.RouteDef]:
-        """``POST /telegram/webhook`` in webhook mode."""
+        """``POST /telegram/webhook`` in webhook mode.
+
+        The token is checked here too: the server asks for routes before anything starts, so
+        ``cloudybot serve`` stops with the config error alone.
+        """
+        self.check_token()
         return [web.post("/telegram/webhook", self.webhook)] if self.uses_webhook else []
 
     # --- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         """Connect (getMe), then register the webhook or start polling. Idempotent.
 
-        A rejected token stops start-up with a ConfigError; an unreachable Bot API does not: the
-        channel keeps trying in the background while the rest of the gateway runs.
+        A malformed or rejected token stops start-up with a ConfigError; an unreachable Bot
+        API does not: the channel keeps trying in the background while the rest of the gateway
+        runs.
         """
+        self.check_token()
         if self.bot is None:
             try:
                 await self._connect()
@@ -142,8 +209,12 @@ class TelegramChannel(Channel):
 
     async def _connect(self) -> None:
         base = self.api_base.rstrip("/")
-        bot = Bot(self.token, base_url=base,
-                  base_file_url=base.removesuffix("/bot") + "/file/bot")
+        bot: ExtBot[int] = ExtBot(
+            self.token, base_url=base, base_file_url=base.removesuffix("/bot") + "/file/bot",
+            # max_retries=0: a 429 goes to the outbox, which waits retry_after and resends.
+            rate_limiter=PacedRateLimiter(
+                overall_max_rate=OVERALL_RATE[0], overall_time_period=OVERALL_RATE[1],
+                group_max_rate=GROUP_RATE[0], group_time_period=GROUP_RATE[1], max_retries=0))
         try:
             await bot.initialize()
         except BaseException as exc:
@@ -266,18 +337,19 @@ class TelegramChannel(Channel):
         mentions = _our_mentions(message, username) if username and text else []
         command = None
         addressed = private or bool(mentions) or self._replies_to_us(message, bot)
-        if text.startswith("/"):
-            word, _, rest = text[1:].partition(" ")
-            name, _, addressee = word.partition("@")
+        start = 0  # where the text for the model begins
+        if (word := re.match(r"/(\S*)", text)) is not None:
+            name, _, addressee = word.group(1).partition("@")
             if addressee and addressee.lower() != username.lower():
                 return None  # a command for another bot
             if name.lower() in COMMANDS:
-                command, text, addressed = Command(name.lower(), rest.strip()), "", True
+                command, addressed = Command(name.lower(), text[word.end():].strip()), True
+                start = len(text)
             elif addressee:  # /ask@thisbot why? -> chat about "why?"
-                text, addressed = rest, True
+                start, addressed = word.end(), True
         if not addressed and self.group_mode == "mention":
             return None
-        text = _without_mentions(text, mentions) if mentions else text.strip()
+        text = _without_mentions(text, mentions, start)
         notice = None
         if command is None:
             if message.caption and (message.photo or message.document):
@@ -315,21 +387,51 @@ class TelegramChannel(Channel):
         return self.bot
 
     async def send(self, address: Mapping[str, Any], text: str) -> None:
-        """sendMessage to the chat (and topic), quoting the message in a group."""
+        """Send one chunk of the model's Markdown as formatted messages (usually one) to the
+        chat (and topic), quoting the message in a group.
+
+        If Telegram refuses the formatting of the first message, the chunk goes out as plain
+        text, its Markdown source; of a later one (a chunk too long once rendered), the rest
+        goes out as its text without formatting.
+        """
         bot = self._running_bot()
-        quote = address.get("reply_to")
+        chat_id = address["chat_id"]
+        parts = render.formatted(text) or render.plain(text) or [render.Part(text)]
         try:
-            await bot.send_message(
-                address["chat_id"], text, message_thread_id=address.get("topic"),
-                reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
-                if quote else None)
-        except ChatMigrated as exc:  # the group became a supergroup: answer it there
-            await bot.send_message(exc.new_chat_id, text)
+            for index, part in enumerate(parts):
+                try:
+                    chat_id = await self._send_part(bot, address, chat_id, part)
+                except TelegramBadRequest as exc:
+                    if not part.entities or not REFUSED_FORMATTING.search(str(exc)):
+                        raise
+                    log.warning("telegram: formatting refused (%s); sent as plain text", exc)
+                    rest = render.plain(text) if index == 0 else \
+                        [render.Part(p.text) for p in parts[index:]]
+                    for plain in rest:
+                        chat_id = await self._send_part(bot, address, chat_id, plain)
+                    return
         except RetryAfter as exc:
             raise DeliveryRetry(retry_after_seconds(exc)) from exc
         except (TelegramForbidden, TelegramBadRequest) as exc:
             raise DeliveryFailed(str(exc)) from exc
         # any other TelegramError (network trouble) is retried by the outbox with backoff
+
+    @staticmethod
+    async def _send_part(bot: Bot, address: Mapping[str, Any], chat_id: int | str,
+                         part: render.Part) -> int | str:
+        """sendMessage; return the chat it went to (a migrated group's new id)."""
+        same_chat = chat_id == address["chat_id"]  # not a supergroup the group became
+        quote = address.get("reply_to") if same_chat else None
+        try:
+            await bot.send_message(
+                chat_id, part.text, entities=part.entities or None,
+                message_thread_id=address.get("topic") if same_chat else None,
+                reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
+                if quote else None)
+        except ChatMigrated as exc:  # the group became a supergroup: answer it there
+            await bot.send_message(exc.new_chat_id, part.text, entities=part.entities or None)
+            return exc.new_chat_id
+        return chat_id
 
     async def typing(self, address: Mapping[str, Any]) -> None:
         """sendChatAction typing, in the topic."""
