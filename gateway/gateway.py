@@ -159,11 +159,14 @@ class Gateway:
             if self._started else 0.0
         self._started = False
         try:
-            await asyncio.wait_for(self.drain(), grace)
+            if self._background:
+                await asyncio.wait_for(self.drain(), grace)
         except TimeoutError:
             left = self.inbox.queues.queued() + self.outbox.queues.queued()
-            log.warning("shutdown: the %g s grace period is over; %d message(s) and reply(ies) "
-                        "wait in the inbox and outbox for the next start", grace, left)
+            if left:
+                log.warning("shutdown: the %g s grace period is over; %d message(s) and "
+                            "reply(ies) wait in the inbox and outbox for the next start",
+                            grace, left)
             await self._cancel_background()
         for channel in self.channels.values():
             try:
