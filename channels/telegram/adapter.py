@@ -161,6 +161,7 @@ class TelegramChannel(Channel):
         self.api_base = settings.telegram_api_base
         self.bot: ExtBot[int] | None = None
         self._connecting: asyncio.Task[None] | None = None
+        self._drafts = itertools.count(1)  # draft ids: any non-zero number, animated per id
         self._polling: asyncio.Task[None] | None = None
         # Only a real token is masked in the logs: masking "x" would rewrite every log line.
         self.token_ok = TOKEN_FORMAT.fullmatch(self.token) is not None
@@ -397,6 +398,10 @@ class TelegramChannel(Channel):
         bot = self._running_bot()
         chat_id = address["chat_id"]
         parts = render.formatted(text) or render.plain(text) or [render.Part(text)]
+        preview = address.get("preview")
+        if isinstance(preview, dict) and isinstance(preview.get("message"), int) \
+                and await self._finish_preview(bot, address, preview["message"], parts[0]):
+            parts = parts[1:]
         try:
             for index, part in enumerate(parts):
                 try:
@@ -415,6 +420,52 @@ class TelegramChannel(Channel):
         except (TelegramForbidden, TelegramBadRequest) as exc:
             raise DeliveryFailed(str(exc)) from exc
         # any other TelegramError (network trouble) is retried by the outbox with backoff
+
+    async def _finish_preview(self, bot: Bot, address: Mapping[str, Any], message_id: int,
+                              part: render.Part) -> bool:
+        """Turn the message shown while the model wrote into the reply's first part; False
+        when that cannot be done (the preview is gone), so the part is sent anew."""
+        try:
+            await bot.edit_message_text(part.text, address["chat_id"], message_id,
+                                        entities=part.entities or None)
+        except RetryAfter as exc:
+            raise DeliveryRetry(retry_after_seconds(exc)) from exc
+        except TelegramBadRequest as exc:
+            if "not modified" in str(exc):
+                return True  # the preview already shows exactly this
+            if part.entities and REFUSED_FORMATTING.search(str(exc)):
+                return await self._finish_preview(bot, address, message_id,
+                                                  render.Part(part.text))
+            log.info("telegram: cannot finish the preview %s (%s); sending", message_id, exc)
+            return False
+        return True
+
+    async def stream(self, address: Mapping[str, Any], text: str, handle: Any) -> Any:
+        """The reply growing as the model writes: in a private chat a message draft (Telegram
+        animates it; the reply then persists it), in a group one message sent, then edited."""
+        bot = self._running_bot()
+        parts = render.formatted(text) or render.plain(text)
+        if not parts:
+            return handle
+        part = parts[0]  # what the reply's first message will hold
+        chat_id = address["chat_id"]
+        if isinstance(chat_id, int) and chat_id > 0:  # a private chat (a user's id)
+            draft = handle["draft"] if isinstance(handle, dict) else next(self._drafts)
+            await bot.send_message_draft(chat_id, draft, part.text,
+                                         message_thread_id=address.get("topic"),
+                                         entities=part.entities or None)
+            return {"draft": draft}
+        if isinstance(handle, dict) and isinstance(handle.get("message"), int):
+            await bot.edit_message_text(part.text, chat_id, handle["message"],
+                                        entities=part.entities or None)
+            return handle
+        quote = address.get("reply_to")
+        sent = await bot.send_message(
+            chat_id, part.text, entities=part.entities or None,
+            message_thread_id=address.get("topic"),
+            reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
+            if quote else None)
+        return {"message": sent.message_id}
 
     @staticmethod
     async def _send_part(bot: Bot, address: Mapping[str, Any], chat_id: int | str,

@@ -56,6 +56,10 @@ class FakeTelegram:
         self.updates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent = asyncio.Condition()
         self._message_ids = itertools.count(5000)
+        # sent messages: what each holds now (sendMessage, then editMessageText)
+        self.texts_by_id: dict[int, tuple[str, list[Any]]] = {}
+        self.chat_of: dict[int, int] = {}
+        self.deleted: set[int] = set()  # ids a test pretends a user deleted
         self._server = LoopbackServer()
         self.base_url = ""
         self.polls = 0  # getUpdates calls answered
@@ -146,6 +150,8 @@ class FakeTelegram:
         if "message_thread_id" in params:
             message["message_thread_id"] = int(params["message_thread_id"])
             message["is_topic_message"] = True
+        self.texts_by_id[message["message_id"]] = (text, entities)
+        self.chat_of[message["message_id"]] = chat_id
         return self._ok(message)
 
     def _flooded(self, chat_id: int) -> bool:
@@ -163,6 +169,29 @@ class FakeTelegram:
 
     async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
+
+    async def _sendMessageDraft(self, params: dict[str, Any]) -> web.Response:
+        if int(params["chat_id"]) < 0:
+            return bad_request("message drafts are for private chats only")
+        refusal = refuse_message(params.get("text", ""),
+                                 json.loads(params.get("entities") or "[]"))
+        return bad_request(refusal) if refusal is not None else self._ok(True)
+
+    async def _editMessageText(self, params: dict[str, Any]) -> web.Response:
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        if self.chat_of.get(message_id) != chat_id or message_id in self.deleted:
+            return bad_request("message to edit not found")
+        text = params.get("text", "")
+        entities = json.loads(params.get("entities") or "[]")
+        refusal = refuse_message(text, entities)
+        if refusal is not None:
+            return bad_request(refusal)
+        if self.texts_by_id.get(message_id) == (text, entities):
+            return bad_request("message is not modified: specified new message content and "
+                               "reply markup are exactly the same as a current content")
+        self.texts_by_id[message_id] = (text, entities)
+        return self._ok({"message_id": message_id, "date": 1767225700, "text": text,
+                         "chat": {"id": chat_id, "type": "supergroup"}})
 
     async def _setWebhook(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
