@@ -56,6 +56,7 @@ from telegram.warnings import PTBDeprecationWarning
 from gateway import Channel, Gateway
 from gateway.errors import BadRequest, ConfigError, Forbidden, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway.interfaces import Attachment, Image
 from gateway.logs import redact_in_logs
 
 from . import NAME, render
@@ -73,6 +74,7 @@ OVERALL_RATE = (float(FloodLimit.MESSAGES_PER_SECOND), 1.0)
 GROUP_RATE = (float(FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP), 60.0)
 TOKEN_FORMAT = re.compile(r"\d+:[A-Za-z0-9_-]+")  # what @BotFather gives: 123456:ABC-def_1
 # Telegram's words when it refuses a message's formatting (BadRequest): send it plain instead.
+PICTURE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 REFUSED_FORMATTING = re.compile(r"entit|pars|url", re.IGNORECASE)
 
 
@@ -352,8 +354,11 @@ class TelegramChannel(Channel):
             return None
         text = _without_mentions(text, mentions, start)
         notice = None
+        pictures = self._pictures(message) if command is None else ()
         if command is None:
-            if message.caption and (message.photo or message.document):
+            if pictures:  # for a vision model: named in the text, fetched for the turn
+                text = f"[photo: {pictures[0].name}] {text}".strip()
+            elif message.caption and (message.photo or message.document):
                 text = f"[{'photo' if message.photo else 'document'}] {text}"
             if update.edited_message is not None and text:
                 text = f"[edited] {text}"
@@ -373,7 +378,34 @@ class TelegramChannel(Channel):
             command=command,
             notice=notice,
             max_chars=MessageLimit.MAX_TEXT_LENGTH,
+            attachments=pictures,
         )
+
+    def _pictures(self, message: Message) -> tuple[Attachment, ...]:
+        """The message's picture, when a vision model reads pictures: a photo (its largest
+        size) or an image sent as a document."""
+        if not self.gateway.settings.llm_vision:
+            return ()
+        if message.photo:
+            largest = message.photo[-1]
+            return (Attachment("image", f"photo-{largest.file_unique_id}.jpg",
+                               {"file_id": largest.file_id, "mime": "image/jpeg"}),)
+        document = message.document
+        if document is not None and document.mime_type in PICTURE_TYPES:
+            return (Attachment("image", document.file_name or "image",
+                               {"file_id": document.file_id, "mime": document.mime_type}),)
+        return ()
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> Image | None:
+        """getFile, then download it from the Bot API's file URL; None over ``max_bytes``."""
+        file_id, mime = attachment.ref.get("file_id"), attachment.ref.get("mime")
+        if not isinstance(file_id, str) or mime not in PICTURE_TYPES:
+            return None
+        file = await self._running_bot().get_file(file_id)
+        if file.file_size is not None and file.file_size > max_bytes:
+            return None
+        data = bytes(await file.download_as_bytearray())
+        return Image(str(mime), data, attachment.name) if len(data) <= max_bytes else None
 
     @staticmethod
     def _replies_to_us(message: Message, bot: Bot) -> bool:

@@ -59,6 +59,8 @@ class FakeTelegram:
         # sent messages: what each holds now (sendMessage, then editMessageText)
         self.texts_by_id: dict[int, tuple[str, list[Any]]] = {}
         self.chat_of: dict[int, int] = {}
+        self.files: dict[str, bytes] = {}  # by file_id: getFile and its download
+        self.downloads: list[str] = []
         self.deleted: set[int] = set()  # ids a test pretends a user deleted
         self._server = LoopbackServer()
         self.base_url = ""
@@ -170,6 +172,20 @@ class FakeTelegram:
     async def _sendChatAction(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
 
+    async def _getFile(self, params: dict[str, Any]) -> web.Response:
+        data = self.files.get(str(params["file_id"]))
+        if data is None:
+            return bad_request("invalid file_id")
+        return self._ok({"file_id": params["file_id"], "file_unique_id": "u1",
+                         "file_size": len(data), "file_path": f"photos/{params['file_id']}"})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        self.downloads.append(request.match_info["file_id"])
+        data = self.files.get(request.match_info["file_id"])
+        if request.match_info["token"] != self.token or data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="image/jpeg")
+
     async def _sendMessageDraft(self, params: dict[str, Any]) -> web.Response:
         if int(params["chat_id"]) < 0:
             return bad_request("message drafts are for private chats only")
@@ -228,6 +244,7 @@ class FakeTelegram:
         """Listen on a free port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/photos/{file_id}", self._download)
         port = await self._server.serve(app)
         self.base_url = f"http://127.0.0.1:{port}/bot"
 
