@@ -11,7 +11,9 @@ Every figure comes from this machine in this run; every goal is a ratio or a bou
 6. memory: peak RSS during (1), RSS after 10,000 threads were used;
 7. cold start: ``cloudybot serve`` to a healthy ``/healthz``;
 8. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
-   inbox and outbox vs the same gateway keeping them in memory (their cost).
+   inbox and outbox vs the same gateway keeping them in memory (their cost);
+9. streaming on that path: the model's first piece to the first draft, and server CPU per
+   turn with channel streaming on vs off.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import assembly, channel, growth, sessions
+from bench import assembly, channel, growth, sessions, streaming
 from bench.load import (
     LoadResult,
     Server,
@@ -192,6 +194,9 @@ def print_table(figures: dict[str, Any]) -> None:
         ("channel p50, inbox in memory", "channel_volatile_p50_ms", "{:.2f} ms"),
         ("server CPU per channel turn, durable", "channel_durable_cpu_us", "{:.0f} µs"),
         ("server CPU per channel turn, in memory", "channel_volatile_cpu_us", "{:.0f} µs"),
+        ("streaming: first piece to first draft", "streaming_first_preview_ms", "{:.0f} ms"),
+        ("server CPU per turn, streaming on", "streaming_cpu_on_us", "{:.0f} µs"),
+        ("server CPU per turn, streaming off", "streaming_cpu_off_us", "{:.0f} µs"),
     ]
     results = verdicts(figures)
     for label, key, fmt in rows:
@@ -217,6 +222,7 @@ async def run(quick: bool) -> dict[str, Any]:
         figures.update(await threads_memory(quick, tmp))
         figures["cold_start_s"] = cold_start(tmp, 3 if quick else 5)
         figures.update(await channel.run(quick, tmp))
+        figures.update(await streaming.run(quick, tmp))
     return figures
 
 

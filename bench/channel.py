@@ -67,6 +67,7 @@ class FakeBotAPI:
 
     def __init__(self) -> None:
         self.waiting: dict[int, asyncio.Future[None]] = {}
+        self.first_draft: dict[int, float] = {}  # chat -> when its first draft arrived
         self._server = LoopbackServer()
         self._message_ids = itertools.count(1)
         self.base_url = ""
@@ -87,6 +88,8 @@ class FakeBotAPI:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         else:
+            if method == "sendMessageDraft":  # a preview while the model writes
+                self.first_draft.setdefault(int(str(params["chat_id"])), time.perf_counter())
             result = True
         return web.json_response({"ok": True, "result": result})
 

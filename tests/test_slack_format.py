@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from channels.slack import mrkdwn
+from gateway import Gateway
+from gateway.app import build_app
+from gateway.config import Settings
+from gateway.errors import ConfigError
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
 from tests.fakes.slack import BOT_USER_ID, SIGNING_SECRET, TEAM_ID, FakeSlack, event_body, sign
@@ -234,3 +239,11 @@ async def test_slash_command_text_is_decoded_and_its_answer_escaped(
     assert thread is not None
     assert await slack.gateway.store.get_pinned(thread.ref) == {"team": "R&D <!here>"}
     assert answers[1] == "Pinned facts:\n• team: R&amp;D &lt;!here&gt;"
+
+
+@pytest.mark.parametrize("token", ["x", "xoxb-", "not-a-token", "xoxb short"])
+async def test_a_malformed_bot_token_is_a_config_error_before_the_server_starts(
+        token: str, make_settings: Callable[..., Settings]) -> None:
+    gateway = Gateway(make_settings(slack_bot_token=token, slack_signing_secret="s" * 32))
+    with pytest.raises(ConfigError, match="CLOUDYBOT_SLACK_BOT_TOKEN is not a Slack bot token"):
+        await build_app(gateway)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -45,9 +46,10 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway import Channel, Gateway
-from gateway.errors import BadRequest, NotFound, Unauthorized, Unavailable
+from gateway.errors import BadRequest, ConfigError, NotFound, Unauthorized, Unavailable
 from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 from gateway.interfaces import Attachment, Image
+from gateway.logs import redact_in_logs
 from gateway.text import split_text
 
 from .mrkdwn import escape, from_slack, to_mrkdwn
@@ -65,6 +67,7 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
                 "Use /cloudybot new, remember, forget and memory in a DM with me; "
                 "/cloudybot usage works anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+TOKEN_FORMAT = re.compile(r"xox[bp]-[A-Za-z0-9-]{8,}")
 FILE_HOST = "files.slack.com"
 PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_PICTURES = 4  # per message
@@ -104,6 +107,10 @@ class SlackChannel(Channel):
         self.verifier: SignatureVerifier | None = None
         self.command_ack_seconds = COMMAND_ACK_SECONDS
         self._token = settings.slack_bot_token
+        if TOKEN_FORMAT.fullmatch(self._token):  # only a real token: masking "x" mangles logs
+            redact_in_logs(self._token)
+        if len(settings.slack_signing_secret) >= 16:  # Slack's are 32 hex digits
+            redact_in_logs(settings.slack_signing_secret)
         # Pictures are downloaded only from Slack's file host (or the configured API's host).
         self._file_hosts = {FILE_HOST, urlparse(settings.slack_api_base).hostname or ""}
         self._downloads: aiohttp.ClientSession | None = None
@@ -124,8 +131,16 @@ class SlackChannel(Channel):
         """On when a bot token is configured."""
         return self.bolt is not None
 
+    def check_token(self) -> None:
+        """Raise ConfigError unless the bot token looks like one (no request is made)."""
+        if self.enabled and not TOKEN_FORMAT.fullmatch(self._token):
+            raise ConfigError("CLOUDYBOT_SLACK_BOT_TOKEN is not a Slack bot token: expected "
+                              "xoxb- followed by letters, digits and dashes")
+
     def routes(self) -> list[web.RouteDef]:
-        """``POST /slack/events`` when enabled."""
+        """``POST /slack/events`` when enabled (a malformed token is a ConfigError here, before
+        the server starts)."""
+        self.check_token()
         return [web.post("/slack/events", self.events)] if self.enabled else []
 
     async def events(self, request: web.Request) -> web.Response:
@@ -283,7 +298,8 @@ class SlackChannel(Channel):
                          unfurl_links=False, unfurl_media=False, link_names=False)
 
     async def start(self) -> None:
-        """Open the HTTP session that downloads pictures (vision)."""
+        """Check the token; open the HTTP session that downloads pictures (vision)."""
+        self.check_token()
         if self._downloads is None:
             self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
 
