@@ -360,3 +360,35 @@ async def test_delete_of_an_unknown_thread_is_404(harness: Harness) -> None:
     await chat_ok(harness, auth, "hi")
     await assert_json_error(await harness.client.delete("/api/threads/nope", headers=auth), 404)
     assert [t["threadId"] for t in await list_threads(harness, auth)] == ["t1"]
+
+
+async def test_the_thread_list_is_paged_newest_first_with_ties_broken(
+        start_clocked: Any, fake_llm: FakeLLM) -> None:
+    harness = await start_clocked()  # the clock stands still: every thread has one updatedAt
+    auth = await harness.user()
+    for number in range(7):
+        await chat_ok(harness, auth, "hi", thread=f"t{number}")
+    seen: list[str] = []
+    before: str | None = None
+    pages = 0
+    while True:
+        query = "?limit=3" + (f"&before={before}" if before else "")
+        response = await harness.client.get(f"/api/threads{query}", headers=auth)
+        assert response.status == 200
+        body = await response.json()
+        seen += [t["threadId"] for t in body["threads"]]
+        pages += 1
+        before = body["nextBefore"]
+        if before is None:
+            break
+    assert pages == 3
+    assert seen == [f"t{n}" for n in reversed(range(7))]  # newest first, each once
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=501", "limit=x", "before=abc",
+                                   "before=2026-01-01T00:00:00Z~x", "before=~1",
+                                   "before=2026-01-01T00:00:00Z~" + "9" * 30])
+async def test_a_bad_thread_list_page_is_400(harness: Harness, query: str) -> None:
+    auth = await harness.user()
+    response = await harness.client.get(f"/api/threads?{query}", headers=auth)
+    await assert_json_error(response, 400)

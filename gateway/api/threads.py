@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
+from ..errors import BadRequest
 from ..gateway import DASHBOARD
 from ..store import Delivery, Thread
 from ..times import iso_utc
@@ -11,6 +14,8 @@ from .context import caller, int_param, thread_from_path
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+DEFAULT_THREADS = 100
+THREAD_CURSOR = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
 MAX_DELIVERIES = 20
 
 
@@ -30,10 +35,28 @@ def _summary(thread: Thread) -> dict[str, object]:
 
 
 async def list_threads(request: web.Request) -> web.Response:
-    """The caller's threads, most recently updated first."""
+    """The caller's threads, most recently updated first, a page at a time (``?limit=`` up to
+    500, default 100; ``?before=`` the ``nextBefore`` of the previous page)."""
     gateway, user = caller(request)
-    threads = await gateway.store.list_threads(user.user_id)
-    return web.json_response({"threads": [_summary(t) for t in threads]})
+    limit = int_param(request, "limit", DEFAULT_THREADS, low=1, high=MAX_PAGE)
+    assert limit is not None
+    threads, cursor = await gateway.store.list_threads(user.user_id, limit,
+                                                       _thread_cursor(request))
+    return web.json_response({"threads": [_summary(t) for t in threads],
+                              "nextBefore": f"{cursor[0]}~{cursor[1]}" if cursor else None})
+
+
+def _thread_cursor(request: web.Request) -> tuple[str, int] | None:
+    """``before`` as (updated_at, row id); 400 if it is not a cursor this API gave out."""
+    raw = request.query.get("before")
+    if raw is None:
+        return None
+    stamp, _, pk = raw.rpartition("~")
+    if not (THREAD_CURSOR.fullmatch(stamp) and pk.isascii() and pk.isdigit()
+            and len(pk) <= 18):
+        raise BadRequest("before must be the nextBefore of an earlier page",
+                         code="invalid_before")
+    return stamp, int(pk)
 
 
 async def get_thread(request: web.Request) -> web.Response:

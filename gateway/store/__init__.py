@@ -92,8 +92,11 @@ class Store(Protocol):
     async def get_thread(self, session_key: str) -> Thread | None:
         """The thread with this session key, or None."""
 
-    async def list_threads(self, user_id: str) -> list[Thread]:
-        """The user's threads, most recently updated first."""
+    async def list_threads(self, user_id: str, limit: int = 50,
+                           before: tuple[str, int] | None = None,
+                           ) -> tuple[list[Thread], tuple[str, int] | None]:
+        """A page of the user's threads, most recently updated first, and the cursor of the
+        next page (None on the last)."""
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""

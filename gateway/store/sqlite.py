@@ -452,12 +452,21 @@ class SQLiteStore:
             return _thread(row) if row else None
         return await self._read(run)
 
-    async def list_threads(self, user_id: str) -> list[Thread]:
-        """The user's threads, most recently updated first."""
-        def run(conn: sqlite3.Connection) -> list[Thread]:
-            rows = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE user_id = ?"
-                                " ORDER BY updated_at DESC, id DESC", (user_id,))
-            return [_thread(row) for row in rows.fetchall()]
+    async def list_threads(self, user_id: str, limit: int = 50,
+                           before: tuple[str, int] | None = None,
+                           ) -> tuple[list[Thread], tuple[str, int] | None]:
+        """Up to ``limit`` of the user's threads updated before the cursor ``before``
+        ((updated_at, row id) of the last one seen), most recent first, and the next cursor
+        (None on the last page). One indexed range read, whatever the number of threads."""
+        def run(conn: sqlite3.Connection) -> tuple[list[Thread], tuple[str, int] | None]:
+            stamp, pk = before if before is not None else ("\uffff", 2**62)
+            rows = conn.execute(
+                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE user_id = ?"
+                " AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?",
+                (user_id, stamp, pk, limit + 1)).fetchall()
+            page = rows[:limit]
+            cursor = (page[-1][-1], page[-1][0]) if len(rows) > limit else None
+            return [_thread(row[1:]) for row in page], cursor
         return await self._read(run)
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
