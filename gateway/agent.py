@@ -298,6 +298,43 @@ async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                              user.credits, admission, on_text, images)
 
 
+async def _prompt(gw: Gateway, turn: TurnContext, state: TurnState, message: str,
+                  credentials: list[Credential], new_session: bool,
+                  images: Sequence[Image]) -> Prompt:
+    """The turn's prompt: the plugins' sections (those that are sections), then assembly
+    under MAX_CONTEXT (the pictures counted too)."""
+    settings = gw.settings
+    sections = []
+    for section in await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn):
+        if isinstance(section, PromptSection):
+            sections.append(section)
+        else:
+            log.error("a prompt_sections plugin returned %s, not a PromptSection; ignored",
+                      type(section).__name__)
+    specialist = turn.specialist
+    return assemble(
+        PromptInputs(
+            instructions=settings.system_prompt,
+            model=settings.llm_model,
+            pinned=state.pinned,
+            specialist=(specialist, state.specialist_instructions)
+            if specialist and state.specialist_instructions else None,
+            summary=state.thread.summary if state.thread else "",
+            credentials=credentials,
+            session_rotated=new_session,
+            sections=sections,
+            recent=state.messages,
+            user_message=message,
+            user_tokens=gw.counter.count(message) + IMAGE_TOKENS * len(images),
+            user_images=tuple(image.data_url() for image in images),
+            exchanges=gw.sessions.exchanges(turn.session_key),
+            reserved_tokens=gw.tool_schema_tokens,
+        ),
+        gw.counter,
+        settings.max_context,
+    )
+
+
 async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                   specialist: str | None, inbound: tuple[str, str] | None, state: TurnState,
                   balance: int, admission: Admission, on_text: TextSink | None = None,
@@ -317,34 +354,7 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     # Plugins see the message as it is stored: a password the user typed stays hidden.
     turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, stored_message,
                        specialist)
-    sections = []
-    for section in await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn):
-        if isinstance(section, PromptSection):
-            sections.append(section)
-        else:
-            log.error("a prompt_sections plugin returned %s, not a PromptSection; ignored",
-                      type(section).__name__)
-    prompt = assemble(
-        PromptInputs(
-            instructions=settings.system_prompt,
-            model=settings.llm_model,
-            pinned=state.pinned,
-            specialist=(specialist, state.specialist_instructions)
-            if specialist and state.specialist_instructions else None,
-            summary=state.thread.summary if state.thread else "",
-            credentials=credentials,
-            session_rotated=new_session,
-            sections=sections,
-            recent=state.messages,
-            user_message=message,
-            user_tokens=gw.counter.count(message) + IMAGE_TOKENS * len(images),
-            user_images=tuple(image.data_url() for image in images),
-            exchanges=gw.sessions.exchanges(ref.session_key),
-            reserved_tokens=gw.tool_schema_tokens,
-        ),
-        gw.counter,
-        settings.max_context,
-    )
+    prompt = await _prompt(gw, turn, state, message, credentials, new_session, images)
     run = _AgentRun()
     try:
         await _run_agent(gw, turn, prompt, secrets, admission, balance, run, on_text)

@@ -67,6 +67,8 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
                 "Use /cloudybot new, remember, forget and memory in a DM with me; "
                 "/cloudybot usage works anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+# Posted replies: no link or media previews (see send), no name linking.
+UNLINKED: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False, "link_names": False}
 TOKEN_FORMAT = re.compile(r"xox[bp]-[A-Za-z0-9-]{8,}")
 FILE_HOST = "files.slack.com"
 PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -294,8 +296,7 @@ class SlackChannel(Channel):
             except DeliveryFailed as exc:  # the preview was deleted: post the reply anew
                 log.info("slack: cannot update the preview %s (%s); posting", preview, exc)
         await self._post(self.bolt.client.chat_postMessage, channel=address["channel"],
-                         text=mrkdwn, thread_ts=address.get("thread_ts"),
-                         unfurl_links=False, unfurl_media=False, link_names=False)
+                         text=mrkdwn, thread_ts=address.get("thread_ts"), **UNLINKED)
 
     async def start(self) -> None:
         """Check the token; open the HTTP session that downloads pictures (vision)."""
@@ -335,7 +336,7 @@ class SlackChannel(Channel):
         if handle is None:
             answer = await client.chat_postMessage(
                 channel=address["channel"], text=mrkdwn, thread_ts=address.get("thread_ts"),
-                unfurl_links=False, unfurl_media=False, link_names=False)
+                **UNLINKED)
             return answer.get("ts")
         await client.chat_update(channel=address["channel"], ts=handle, text=mrkdwn)
         return handle
