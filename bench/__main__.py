@@ -1,19 +1,30 @@
 """``python -m bench [--quick] [--json FILE]``: what a turn costs the gateway itself.
 
-Every figure comes from this machine in this run; every goal is a ratio or a bound:
+Every figure comes from this machine in this run; every goal is a bound or a ratio. The load
+client, the fake LLM and the gateway share this machine's cores, so the headline is the
+gateway's CPU per turn read from its own process counters, not throughput:
 
-1. /chat throughput and latency at 1, 8 and 64 concurrent threads, with the OpenAI-compatible
-   fake on loopback and with a zero-cost in-process provider (the gateway's own cost);
-2. a baseline app doing only a turn's irreducible I/O, driven by the same client;
-3. growth: per-turn latency with 10 vs 10,000 display messages (4 KB each), 0 vs 50 pinned keys;
-4. prompt assembly: tokens/s, per-turn assembly time, token-count cache hit rate;
-5. sessions: append + rotation check with a 10 KB vs a 190 KB file;
-6. memory: peak RSS during (1), RSS after 10,000 threads were used;
-7. cold start: ``cloudybot serve`` to a healthy ``/healthz``;
-8. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
+1. headline (bench/cpu.py): server CPU per turn at 1 and 8 concurrent conversations of
+   ``cloudybot serve`` as users run it, with the OpenAI-compatible fake LLM in its own process;
+   beside it the same ``serve`` with an in-process provider (no provider HTTP) and an app doing
+   only a turn's irreducible I/O (a floor); windows of >= 5 s or 5,000 turns, rounds
+   interleaved, median and spread;
+2. active conversations (bench/conversations.py): CPU per turn with 100 vs 2,000 vs 10,000
+   conversations in use, each with a ~150 KB session file;
+3. the thread list (bench/threadlist.py): ``GET /api/threads`` pages for a user with 40,000
+   threads, and chat p99 while the list is read once a second;
+4. growth: per-turn latency with 10 vs 10,000 display messages (4 KB each), 0 vs 50 pinned keys;
+5. prompt assembly: tokens/s, per-turn assembly time, token-count cache hit rate;
+6. sessions: append + rotation check with a 10 KB vs a 190 KB file;
+7. memory: peak RSS of ``serve`` during (1), RSS after 10,000 threads were used;
+8. cold start: ``cloudybot serve`` to a healthy ``/healthz``;
+9. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
    inbox and outbox vs the same gateway keeping them in memory (their cost);
-9. streaming on that path: the model's first piece to the first draft, and server CPU per
-   turn with channel streaming on vs off.
+10. streaming on that path: the model's first piece to the first draft, and server CPU per
+    turn with channel streaming on vs off.
+
+``--quick`` (CI's smoke run) uses short windows, one round and smaller sets: its figures are
+indicative only.
 """
 
 from __future__ import annotations
@@ -27,23 +38,20 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import assembly, channel, growth, sessions, streaming
-from bench.load import (
-    LoadResult,
-    Server,
-    add_user,
-    drive,
-    free_port,
-    gateway_env,
-    start_gateway,
-    start_server,
-)
+from bench import assembly, channel, conversations, cpu, growth, sessions, streaming, threadlist
+from bench.load import add_user, drive, free_port, gateway_env, start_gateway, start_server
 
 TARGETS = {
-    "throughput_vs_baseline": (">=", 0.5),
+    "cpu_us_per_turn_8": ("<=", 450.0),
+    "cpu_us_per_turn_1": ("<=", 600.0),
+    "active_conversations_ratio": ("<=", 1.15),
+    "threads_page_ms_p99": ("<=", 10.0),
+    "threads_deep_page_ratio": ("<=", 1.5),
+    "threads_listing_p99_ratio": ("<=", 1.5),
     "growth_display_ratio": ("<=", 1.15),
     "growth_pinned_ratio": ("<=", 1.15),
     "session_ratio": ("<=", 1.2),
@@ -52,58 +60,6 @@ TARGETS = {
     "cold_start_s": ("<", 1.5),
     "channel_inbox_throughput_ratio": (">=", 0.85),
 }
-
-
-def load_figures(result: LoadResult) -> dict[str, float]:
-    """Throughput and latency percentiles of one load run."""
-    return {"turns_per_s": result.per_second, "p50_ms": result.p50,
-            "p95_ms": result.percentile(95), "p99_ms": result.percentile(99),
-            "errors": result.errors}
-
-
-async def throughput(quick: bool, tmp: Path) -> dict[str, Any]:
-    """(1), (2) and the peak RSS of (6): every server up at once, measured in turns, rounds
-    interleaved so that a noisy moment hits all of them alike; the median round counts."""
-    plans = [(1, 150 if quick else 800), (8, 40 if quick else 200), (64, 5 if quick else 40)]
-    rounds = 1 if quick else 3
-    llm_port = free_port()
-    llm, _ = start_server(["-m", "bench.fake_llm_server", str(llm_port)], {}, llm_port)
-    servers: dict[str, tuple[Server, str]] = {}
-    try:
-        for provider, llm_url in (("inprocess", ""),
-                                  ("openai", f"http://127.0.0.1:{llm_port}/v1")):
-            data_dir = tmp / f"gateway-{provider}"
-            env = gateway_env(data_dir, provider, llm_url)
-            token = add_user(env)
-            servers[provider] = (start_gateway(env, data_dir), token)
-        data_dir = tmp / "baseline"
-        data_dir.mkdir()
-        port = free_port()
-        baseline, _ = start_server(["-m", "bench.baseline", str(data_dir), str(port)], {}, port)
-        servers["baseline"] = (baseline, "none")
-        results: dict[str, list[LoadResult]] = {}
-        for round_number in range(rounds):
-            for concurrency, turns in plans:
-                for name, (server, token) in servers.items():
-                    result = await drive(server.url, token, concurrency, turns,
-                                         f"{name}{concurrency}r{round_number}")
-                    results.setdefault(f"{name}_{concurrency}", []).append(result)
-        figures: dict[str, Any] = {}
-        for key, runs in results.items():
-            runs.sort(key=lambda run: run.per_second)
-            figures[key] = load_figures(runs[len(runs) // 2])
-        figures["peak_rss_mb"] = servers["inprocess"][0].rss_kib("VmHWM") / 1024
-    finally:
-        for server, _ in servers.values():
-            server.stop()
-        llm.stop()
-    for concurrency, _ in plans:
-        figures[f"ratio_{concurrency}"] = (figures[f"inprocess_{concurrency}"]["turns_per_s"]
-                                           / figures[f"baseline_{concurrency}"]["turns_per_s"])
-    # The goal holds only if it holds at every concurrency.
-    figures["throughput_vs_baseline"] = min(figures[f"ratio_{c}"] for c, _ in plans)
-    figures["p50_ms_1_thread_inprocess"] = figures["inprocess_1"]["p50_ms"]
-    return figures
 
 
 async def threads_memory(quick: bool, tmp: Path) -> dict[str, float]:
@@ -148,27 +104,97 @@ def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
     return results
 
 
+def _mark(figures: dict[str, Any], key: str, results: dict[str, bool]) -> str:
+    if key not in results:
+        return ""
+    op, bound = TARGETS[key]
+    return f"   target {op} {bound:g}: {'ok' if results[key] else 'MISSED'}"
+
+
+def _load_rows(figures: dict[str, Any], title: str,
+               rows: list[tuple[str, str]]) -> None:
+    """A table of load windows: CPU per turn (median, spread), turns/s, latency."""
+    print(f"\n{title:<44}{'CPU µs/turn':>12}{'min-max':>13}{'turns/s':>9}{'p50 ms':>8}"
+          f"{'p95 ms':>8}{'p99 ms':>8}{'errors':>7}")
+    for label, key in rows:
+        row = figures.get(key)
+        if row:
+            spread = f"{row['cpu_us_min']:.0f}-{row['cpu_us_max']:.0f}"
+            print(f"{label:<44}{row['cpu_us']:>12.0f}{spread:>13}{row['turns_per_s']:>9.0f}"
+                  f"{row['p50_ms']:>8.2f}{row['p95_ms']:>8.2f}{row['p99_ms']:>8.2f}"
+                  f"{row['errors']:>7.0f}")
+
+
+def _value_rows(figures: dict[str, Any], rows: list[tuple[str, str, str]],
+                results: dict[str, bool]) -> None:
+    for label, key, fmt in rows:
+        if key in figures:
+            print(f"{label:<46}{fmt.format(figures[key]):>18}{_mark(figures, key, results)}")
+
+
 def print_table(figures: dict[str, Any]) -> None:
     """The human-readable report."""
+    quick = bool(figures.get("quick"))
+    results = verdicts(figures)
     print(f"\nCloudyBot gateway benchmark — {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"\n{'load (/chat over HTTP)':<28}{'turns/s':>10}{'p50 ms':>9}{'p95 ms':>9}"
-          f"{'p99 ms':>9}{'errors':>8}")
-    for name in ("inprocess", "openai", "baseline"):
-        for concurrency in (1, 8, 64):
-            row = figures.get(f"{name}_{concurrency}")
-            if row:
-                label = {"inprocess": "gateway, in-process LLM", "openai": "gateway, fake HTTP LLM",
-                         "baseline": "baseline (I/O only)"}[name]
-                print(f"{label + f' x{concurrency}':<28}{row['turns_per_s']:>10.0f}"
-                      f"{row['p50_ms']:>9.2f}{row['p95_ms']:>9.2f}{row['p99_ms']:>9.2f}"
-                      f"{row['errors']:>8.0f}")
+    if quick:
+        print("QUICK RUN: short windows, one round, smaller sets — every figure below is "
+              "INDICATIVE ONLY; targets are judged on the full run (python -m bench).")
+    else:
+        print(f"Each load window: {figures.get('window_s', 0):g} s or "
+              f"{figures.get('window_turns', 0):,} turns, whichever comes first; rounds "
+              "interleaved across servers; each figure the median of the rounds, min-max the "
+              "spread of CPU µs/turn.")
+    print("CPU µs/turn is the server process's own user+system CPU (/proc/<pid>/stat) over a "
+          "window, per turn completed;\nthe load client and the fake LLM run in other "
+          "processes on the same cores and are not counted.")
+
+    rounds = figures.get("headline_rounds", 0)
+    _load_rows(figures, f"server CPU per /chat turn ({rounds} rounds)", [
+        (f"{cpu.LABELS[name]} x{concurrency}", f"{name}_{concurrency}")
+        for concurrency in cpu.CONCURRENCIES for name in cpu.LABELS])
+    _value_rows(figures, [
+        ("gateway CPU per turn, x1 (headline)", "cpu_us_per_turn_1", "{:.0f} µs"),
+        ("gateway CPU per turn, x8 (headline)", "cpu_us_per_turn_8", "{:.0f} µs"),
+        ("  over the I/O-only floor, x1 (no target)", "cpu_over_baseline_1", "{:.2f}x"),
+        ("  over the I/O-only floor, x8 (no target)", "cpu_over_baseline_8", "{:.2f}x"),
+    ], results)
+
+    sizes = figures.get("conversations_sizes", [])
+    _load_rows(figures, "active conversations, x8, ~150 KB files", [
+        (f"{size:,} conversations in use", f"conversations_{size}") for size in sizes])
+    _value_rows(figures, [
+        ("  worst larger set / 100 (CPU per turn)", "active_conversations_ratio", "{:.2f}"),
+        ("  session file sizes during the run", "conversations_file_kb_max",
+         f"{figures.get('conversations_file_kb_min', 0):.0f}-{{:.0f}} KB"),
+        ("  session rotations during the run", "conversations_rotations", "{:.0f}"),
+    ], results)
+
+    print(f"\nGET /api/threads, a user with {figures.get('threads_listed', 0):,} threads "
+          "(default limit 100, server otherwise idle)")
+    _value_rows(figures, [
+        ("first page, median", "threads_first_page_p50_ms", "{:.2f} ms"),
+        ("first page, p99", "threads_first_page_p99_ms", "{:.2f} ms"),
+        ("deep page (after 39,500), median", "threads_deep_page_p50_ms", "{:.2f} ms"),
+        ("deep page (after 39,500), p99", "threads_deep_page_p99_ms", "{:.2f} ms"),
+        ("  worst page p99", "threads_page_ms_p99", "{:.2f} ms"),
+        ("  deep / first page (medians)", "threads_deep_page_ratio", "{:.2f}"),
+        ("bytes per page (100 threads)", "threads_first_page_kb", "{:.1f} KB"),
+        ("bytes per page (limit=500)", "threads_page_500_kb", "{:.1f} KB"),
+        ("server CPU per page request, first", "threads_first_page_cpu_us", "{:.0f} µs"),
+        ("server CPU per page request, deep", "threads_deep_page_cpu_us", "{:.0f} µs"),
+        ("whole list at limit=500", "threads_walk_s", "{:.2f} s"),
+        ("chat x8 p99, no listing", "listing_without_p99_ms", "{:.2f} ms"),
+        ("chat x8 p99, list read once a second", "listing_with_p99_ms", "{:.2f} ms"),
+        ("  with / without", "threads_listing_p99_ratio", "{:.2f}"),
+        ("chat x8 worst turn, no listing", "listing_without_max_ms", "{:.2f} ms"),
+        ("chat x8 worst turn, with listing", "listing_with_max_ms", "{:.2f} ms"),
+        ("slowest listing request under chat load", "listing_request_max_ms", "{:.2f} ms"),
+    ], results)
+
     print()
-    rows = [
-        ("gateway / baseline throughput, 1 thread", "ratio_1", "{:.2f}x"),
-        ("gateway / baseline throughput, 8 threads", "ratio_8", "{:.2f}x"),
-        ("gateway / baseline throughput, 64 threads", "ratio_64", "{:.2f}x"),
-        ("  lowest of the three", "throughput_vs_baseline", "{:.2f}x"),
+    _value_rows(figures, [
         ("p50 per turn, 1 thread, in-process", "p50_ms_1_thread_inprocess", "{:.2f} ms"),
         ("p50 per turn, 10 display messages", "growth_display_small_ms", "{:.2f} ms"),
         ("p50 per turn, 10,000 display messages", "growth_display_large_ms", "{:.2f} ms"),
@@ -183,7 +209,7 @@ def print_table(figures: dict[str, Any]) -> None:
         ("session append+check, 10 KB file", "session_us_10kb", "{:.1f} µs"),
         ("session append+check, 190 KB file", "session_us_190kb", "{:.1f} µs"),
         ("  session ratio", "session_ratio", "{:.2f}"),
-        ("peak RSS during load", "peak_rss_mb", "{:.1f} MB"),
+        ("peak RSS of serve during the headline", "peak_rss_mb", "{:.1f} MB"),
         ("RSS after N threads used", "rss_after_threads_mb", "{:.1f} MB"),
         ("  N", "threads_used", "{:,.0f}"),
         ("cold start to healthy /healthz", "cold_start_s", "{:.2f} s"),
@@ -197,32 +223,46 @@ def print_table(figures: dict[str, Any]) -> None:
         ("streaming: first piece to first draft", "streaming_first_preview_ms", "{:.0f} ms"),
         ("server CPU per turn, streaming on", "streaming_cpu_on_us", "{:.0f} µs"),
         ("server CPU per turn, streaming off", "streaming_cpu_off_us", "{:.0f} µs"),
-    ]
-    results = verdicts(figures)
-    for label, key, fmt in rows:
-        if key in figures:
-            mark = ""
-            if key in results:
-                op, bound = TARGETS[key]
-                mark = f"   target {op} {bound}: {'ok' if results[key] else 'MISSED'}"
-            print(f"{label:<42}{fmt.format(figures[key]):>18}{mark}")
+    ], results)
+    print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
+        f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
+    if quick:
+        print("QUICK RUN: indicative figures only.")
 
 
 async def run(quick: bool) -> dict[str, Any]:
-    """Every section, in one run."""
+    """Every section, in one run; each section's duration is reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
                                "cores": os.cpu_count(), "python": platform.python_version(),
                                "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    durations: dict[str, float] = {}
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cloudybot-bench-") as name:
         tmp = Path(name)
-        figures.update(await throughput(quick, tmp))
-        figures.update(await growth.run(quick, tmp))
-        figures.update(await assembly.run(quick, tmp))
-        figures.update(sessions.run())
-        figures.update(await threads_memory(quick, tmp))
-        figures["cold_start_s"] = cold_start(tmp, 3 if quick else 5)
-        figures.update(await channel.run(quick, tmp))
-        figures.update(await streaming.run(quick, tmp))
+
+        async def section(title: str, work: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+            began = time.perf_counter()
+            print(f"bench: {title} ...", file=sys.stderr, flush=True)
+            figures.update(await work())
+            durations[title] = time.perf_counter() - began
+            print(f"bench: {title} took {durations[title]:.1f} s", file=sys.stderr, flush=True)
+
+        async def run_sync(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+            return work()
+
+        await section("headline", lambda: cpu.run(quick, tmp))
+        await section("conversations", lambda: conversations.run(quick, tmp))
+        await section("threadlist", lambda: threadlist.run(quick, tmp))
+        await section("growth", lambda: growth.run(quick, tmp))
+        await section("assembly", lambda: assembly.run(quick, tmp))
+        await section("sessions", lambda: run_sync(sessions.run))
+        await section("memory", lambda: threads_memory(quick, tmp))
+        await section("cold start", lambda: run_sync(
+            lambda: {"cold_start_s": cold_start(tmp, 3 if quick else 5)}))
+        await section("channel", lambda: channel.run(quick, tmp))
+        await section("streaming", lambda: streaming.run(quick, tmp))
+    figures["section_s"] = durations
+    figures["total_s"] = time.perf_counter() - started
     return figures
 
 
@@ -230,7 +270,8 @@ def main() -> int:
     """Run the benchmark; print the table; write JSON if asked. Never fails on figures."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smoke run under 60 s")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI's smoke run (well under 90 s): indicative figures only")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
     figures = asyncio.run(run(args.quick))

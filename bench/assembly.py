@@ -51,15 +51,15 @@ async def inprocess_turns(tmp: Path, turns: int) -> tuple[float, float]:
     pm.register(inprocess, name="inprocess")
     async with Gateway(settings, pm) as gateway:
         await gateway.add_user("bench", plan="team", credits=10**9)
-        refs = [await gateway.resolve_thread("bench", f"t{i}") for i in range(4)]
+        refs: list[ThreadRef] = [await gateway.resolve_thread("bench", f"t{i}")
+                                 for i in range(4)]
         for ref in refs:
             await gateway.chat("bench", ref, "warm up")
         await gateway.drain()
         hits, misses = gateway.counter.hits, gateway.counter.misses
         started = time.perf_counter()
         for index in range(turns):
-            ref: ThreadRef = refs[index % len(refs)]
-            await gateway.chat("bench", ref, f"{SENTENCE} number {index}")
+            await gateway.chat("bench", refs[index % len(refs)], f"{SENTENCE} number {index}")
         await gateway.drain()
         elapsed = time.perf_counter() - started
         hit = gateway.counter.hits - hits

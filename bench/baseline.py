@@ -47,7 +47,8 @@ async def main_app(data_dir: Path) -> web.Application:
         body = await request.json()
         thread, message = body["threadId"], body["message"]
         await db.execute_fetchall("SELECT summary FROM threads WHERE id = ?", (thread,))
-        await db._execute(write, db._conn, thread, message)
+        # one hand-off to the worker thread for the whole transaction (as the gateway's store)
+        await db._execute(write, db._conn, thread, message)  # type: ignore[no-untyped-call]
         line = json.dumps({"type": "turn", "user": message, "assistant": REPLY}) + "\n"
         fd = os.open(sessions / f"{thread}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

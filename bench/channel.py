@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench.cpu import server_cpu_seconds
 from bench.load import LoadResult, Server, free_port, gateway_env, start_server
 from gateway.store import InboxEntry, TurnCommit, TurnWritten
 from gateway.store.sqlite import SQLiteStore
@@ -105,14 +106,6 @@ class FakeBotAPI:
         await self._server.close()
 
 
-def cpu_seconds(server: Server) -> float:
-    """User + system CPU the server process has used so far (its own counters)."""
-    import os
-
-    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def drive_channel(server: Server, bot: FakeBotAPI, concurrency: int, turns_each: int,
                         first_update: int) -> LoadResult:
     """``concurrency`` chats, each posting ``turns_each`` updates one after another, each
@@ -175,11 +168,11 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
             for variant, server in servers.items():
                 await drive_channel(server, bot, concurrency, 2, first_update)  # warm-up
                 first_update += 100_000
-                cpu_before = cpu_seconds(server)
+                cpu_before = server_cpu_seconds(server)
                 result = await drive_channel(server, bot, concurrency, turns_each,
                                              first_update)
                 first_update += 100_000
-                cpu_per_turn = (cpu_seconds(server) - cpu_before) / max(1, result.turns)
+                cpu_per_turn = (server_cpu_seconds(server) - cpu_before) / max(1, result.turns)
                 runs.setdefault(variant, []).append((result, cpu_per_turn))
     finally:
         for server in servers.values():

@@ -8,10 +8,12 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import aiohttp
 
@@ -31,6 +33,12 @@ class Server:
 
     process: subprocess.Popen[bytes]
     url: str
+    log: IO[bytes] | None = None  # the process's stderr (its log), kept in a file
+
+    @property
+    def pid(self) -> int:
+        """The process id (its ``/proc/<pid>/stat`` line covers all its threads)."""
+        return self.process.pid
 
     def rss_kib(self, field_name: str = "VmRSS") -> int:
         """Resident memory of the process (``VmHWM`` for the peak), in KiB."""
@@ -48,30 +56,45 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.log is not None:
+            self.log.close()
+
+
+def _tail(log: IO[bytes]) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")[-2000:]
 
 
 def start_server(args: list[str], env: Mapping[str, str], port: int,
                  timeout: float = 20.0) -> tuple[Server, float]:
-    """Start ``python args...`` and wait for ``/healthz``; return it and the seconds it took."""
+    """Start ``python args...`` and wait for ``/healthz``; return it and the seconds it took.
+
+    The process's stderr (where ``cloudybot serve`` logs, access log included) goes to an
+    unnamed temporary file: written as a log file would be, never a pipe that fills up."""
     started = time.perf_counter()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Server.stop)
     process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = started + timeout
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"{args} exited: {process.stderr.read().decode()[-2000:]}"
-                               if process.stderr else f"{args} exited")
+            message = f"{args} exited: {_tail(log)}"
+            log.close()
+            raise RuntimeError(message)
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 pass
             if _healthy(url):
-                return Server(process, url), time.perf_counter() - started
+                return Server(process, url, log), time.perf_counter() - started
         except OSError:
             pass
         if time.perf_counter() > deadline:
             process.kill()
-            raise RuntimeError(f"{args} did not become healthy in {timeout} s")
+            process.wait()
+            message = f"{args} did not become healthy in {timeout} s: {_tail(log)}"
+            log.close()
+            raise RuntimeError(message)
         time.sleep(0.01)  # polling a booting server; not part of any measured figure
 
 
@@ -93,12 +116,20 @@ class LoadResult:
     seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
+    cpu_seconds: float = 0.0  # the server's user + system CPU over the window (if measured)
 
     @property
     def per_second(self) -> float:
+        """Turns completed per wall-clock second."""
         return self.turns / self.seconds if self.seconds else 0.0
 
+    @property
+    def cpu_us_per_turn(self) -> float:
+        """The server's CPU per completed turn, in microseconds."""
+        return self.cpu_seconds / self.turns * 1e6 if self.turns else 0.0
+
     def percentile(self, q: float) -> float:
+        """The ``q``-th percentile latency in milliseconds (nearest rank)."""
         if not self.latencies_ms:
             return 0.0
         ordered = sorted(self.latencies_ms)
@@ -106,6 +137,7 @@ class LoadResult:
 
     @property
     def p50(self) -> float:
+        """Median latency in milliseconds."""
         return statistics.median(self.latencies_ms) if self.latencies_ms else 0.0
 
 
@@ -158,8 +190,27 @@ def add_user(env: dict[str, str], user_id: str = "bench") -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def start_gateway(env: dict[str, str], data_dir: Path) -> Server:
-    """Start ``bench.server`` (the real gateway plus the in-process provider plugin)."""
+def start_gateway(env: dict[str, str], data_dir: Path, *extra: str) -> Server:
+    """Start ``bench.server`` (the real gateway plus the in-process provider plugin);
+    ``extra`` are its options (``--serve``, ``--volatile-inbox``)."""
     port = free_port()
-    server, _ = start_server(["-m", "bench.server", str(data_dir), str(port)], env, port)
+    server, _ = start_server(["-m", "bench.server", str(data_dir), str(port), *extra], env,
+                             port)
     return server
+
+
+def start_serve(env: dict[str, str]) -> Server:
+    """Start ``cloudybot serve`` exactly as a user runs it (``python -m gateway.cli serve``),
+    configured only through ``env`` plus its port: its own logging and access log as they
+    are by default."""
+    port = free_port()
+    server, _ = start_server(["-m", "gateway.cli", "serve"],
+                             {**env, "CLOUDYBOT_PORT": str(port)}, port)
+    return server
+
+
+def start_fake_llm() -> tuple[Server, str]:
+    """The OpenAI-compatible fake in its own process; return it and its base URL."""
+    port = free_port()
+    server, _ = start_server(["-m", "bench.fake_llm_server", str(port)], {}, port)
+    return server, f"http://127.0.0.1:{port}/v1"

@@ -1,9 +1,15 @@
 """Run the real gateway for a benchmark: ``python -m bench.server DATA_DIR PORT
-[--volatile-inbox]``.
+[--serve | --volatile-inbox]``.
 
 Configured through the environment like ``cloudybot serve``; adds the in-process provider
-plugin so that ``CLOUDYBOT_LLM_PROVIDER=inprocess`` works. ``--volatile-inbox`` keeps the
-channel inbox and outbox in memory (bench/channel.py compares the two).
+plugin so that ``CLOUDYBOT_LLM_PROVIDER=inprocess`` works.
+
+``--serve`` runs ``cloudybot serve`` itself (its logging, its access log, its server options,
+whatever they are by default) with only the in-process provider added: the gateway without the
+provider's HTTP call, comparable line by line with ``cloudybot serve`` and the HTTP fake.
+Without it the app runs with the access log off and warnings only (the older sections).
+``--volatile-inbox`` keeps the channel inbox and outbox in memory (bench/channel.py compares
+the two).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -18,12 +25,28 @@ from bench import inprocess
 from gateway import Gateway
 from gateway.app import build_app
 from gateway.config import load_settings
-from gateway.plugins import make_plugin_manager
+from gateway.plugins import PluginManager, make_plugin_manager
+
+
+def serve_with_inprocess(port: int) -> int:
+    """``cloudybot serve --port PORT`` with the in-process provider registered."""
+    import gateway.gateway as gateway_module
+    from gateway import cli
+
+    def with_inprocess(**kwargs: Any) -> PluginManager:
+        pm = make_plugin_manager(**kwargs)
+        pm.register(inprocess, name="inprocess")
+        return pm
+
+    gateway_module.make_plugin_manager = with_inprocess  # type: ignore[attr-defined]
+    return cli.main(["serve", "--port", str(port)])
 
 
 def main() -> None:
     """Serve until killed."""
     data_dir, port = Path(sys.argv[1]), int(sys.argv[2])
+    if "--serve" in sys.argv[3:]:
+        sys.exit(serve_with_inprocess(port))
     logging.basicConfig(level=logging.WARNING)
     settings = load_settings(None)
     pm = make_plugin_manager()

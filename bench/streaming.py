@@ -14,7 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.channel import SECRET, TOKEN, FakeBotAPI, cpu_seconds, drive_channel
+from bench.channel import SECRET, TOKEN, FakeBotAPI, drive_channel
+from bench.cpu import server_cpu_seconds
 from bench.load import Server, free_port, gateway_env, start_server
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 
@@ -60,10 +61,10 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
             for variant, server in servers.items():
                 bot.first_draft.clear()
                 first_pieces.clear()
-                before = cpu_seconds(server)
+                before = server_cpu_seconds(server)
                 result = await drive_channel(server, bot, chats, turns_each, update)
                 update += 100_000
-                cpu[variant].append((cpu_seconds(server) - before) / max(1, result.turns))
+                cpu[variant].append((server_cpu_seconds(server) - before) / max(1, result.turns))
                 if variant == "on":
                     first_preview_ms.extend(_first_previews(bot, first_pieces, chats))
     finally:
