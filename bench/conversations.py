@@ -11,9 +11,15 @@ written before each conversation's first turn, with the server idle.
 Then ``/chat`` is driven at x8 round-robin over the N active conversations (every worker takes
 the next one from a shared counter), so that each turn finds its conversation as long unused as
 N allows, and the server's CPU per turn is read from its own counters. N = 100 uses another 100
-conversations in each round; rounds are interleaved across N. Files stay under the 200 KB
+conversations in each round, each sent one unmeasured turn first (so that the set is as warm as
+100 conversations in use are); rounds are interleaved across N. Files stay under the 200 KB
 rotation size (``SESSION_MAX_FILE_BYTES``, left at its default) for the whole run: a 100-set
 conversation gets at most ~50 turns (~27 KB) in its window; rotations are counted to show it.
+
+``python -m bench.conversations --notes-after`` lays the files out the other way (real turns
+first, then ~150 KB of ``note`` events appended after them): the rolling window's messages then
+lie before 150 KB of events no turn needs, which a real conversation does not leave, but which
+shows whether a turn's work on a cache miss depends on what lies after its recent messages.
 
 The quick run uses 100 vs 1,500 conversations with one seed turn each: indicative only.
 """
@@ -61,6 +67,17 @@ def earlier_history(target_bytes: int) -> bytes:
             + _line({"type": "usage", "promptTokens": 100, "completionTokens": 20, "credits": 1,
                      "calls": 1, "ts": OLD_TS}))
     return turn * (target_bytes // len(turn) + 1)
+
+
+def append_notes(sessions_dir: Path, threads: list[str], target_bytes: int) -> None:
+    """Pad each thread's session file to ~``target_bytes`` with ``note`` events appended
+    (``--notes-after``)."""
+    for thread in threads:
+        path = sessions_dir / (encode_key(f"{USER}--{thread}") + ".jsonl")
+        note = _line({"type": "note", "content": "z" * 1000, "ts": OLD_TS})
+        missing = max(0, target_bytes - path.stat().st_size)
+        with path.open("ab") as handle:
+            handle.write(note * (missing // len(note)))
 
 
 def write_session_files(sessions_dir: Path, threads: list[str], target_bytes: int) -> None:
@@ -111,9 +128,9 @@ def seed_order(threads: list[str], turns_of: list[int]) -> list[str]:
             for thread, turns in zip(threads, turns_of, strict=True) if turns > layer]
 
 
-async def run(quick: bool, tmp: Path) -> dict[str, Any]:
+async def run(quick: bool, tmp: Path, notes_after: bool = False) -> dict[str, Any]:
     """CPU per turn, turns/s and p99 at each number of active conversations, and the ratio of
-    the worst of the larger sets to 100."""
+    the worst of the larger sets to 100 (``notes_after``: the other file layout)."""
     sizes = SIZES_QUICK if quick else SIZES_FULL
     rounds = 1 if quick else 5
     window = window_for(quick)
@@ -125,9 +142,12 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
     try:
         env = gateway_env(data_dir, "openai", llm_url)
         token = add_user(env, USER)
-        write_session_files(data_dir / "sessions", threads, PAD_BYTES)
+        if not notes_after:
+            write_session_files(data_dir / "sessions", threads, PAD_BYTES)
         server = start_serve(env)
         seed_errors = await send_turns(server, token, seed_order(threads, turns_of))
+        if notes_after:
+            append_notes(data_dir / "sessions", threads, PAD_BYTES)
         runs: dict[int, list[LoadResult]] = {size: [] for size in sizes}
         for round_number in range(rounds):
             shift = round_number % len(sizes)
@@ -135,6 +155,8 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
                 # 100: a fresh hundred each round; larger sets: the first ``size`` threads
                 active = (threads[round_number * size:(round_number + 1) * size]
                           if size == sizes[0] else threads[:size])
+                if size == sizes[0]:
+                    seed_errors += await send_turns(server, token, active)
                 runs[size].append(await drive_window(server, token, 8, window,
                                                      round_robin(active)))
         sessions = data_dir / "sessions"
@@ -156,3 +178,17 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
     figures["conversations_rotations"] = float(rotations)
     figures["conversations_seed_errors"] = float(seed_errors)
     return figures
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m bench.conversations")
+    parser.add_argument("--quick", action="store_true", help="100 vs 1,500, short windows")
+    parser.add_argument("--notes-after", action="store_true",
+                        help="pad with note events after the real turns instead")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cloudybot-bench-") as name:
+        result = asyncio.run(run(args.quick, Path(name), args.notes_after))
+    print(json.dumps(result, indent=2))
