@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,6 +93,22 @@ def cold_start(tmp: Path, runs: int) -> float:
     return statistics.median(times)
 
 
+def source_state() -> str:
+    """The commit of the gateway measured, and whether its files differ from that commit."""
+    import gateway
+
+    root = Path(gateway.__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "channels",
+                                "plugins"], cwd=root, check=True, capture_output=True,
+                               text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return commit + (" + uncommitted changes under gateway/channels/plugins" if dirty else "")
+
+
 def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
     """Which targets hold."""
     results = {}
@@ -137,7 +154,8 @@ def print_table(figures: dict[str, Any]) -> None:
     quick = bool(figures.get("quick"))
     results = verdicts(figures)
     print(f"\nCloudyBot gateway benchmark — {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}")
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"source {figures.get('source', 'unknown')}")
     if quick:
         print("QUICK RUN: short windows, one round, smaller sets — every figure below is "
               "INDICATIVE ONLY; targets are judged on the full run (python -m bench).")
@@ -234,7 +252,8 @@ async def run(quick: bool) -> dict[str, Any]:
     """Every section, in one run; each section's duration is reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
                                "cores": os.cpu_count(), "python": platform.python_version(),
-                               "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+                               "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                               "source": source_state()}
     durations: dict[str, float] = {}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cloudybot-bench-") as name:
