@@ -231,8 +231,13 @@ def print_table(figures: dict[str, Any]) -> None:
         ("RSS after N threads used", "rss_after_threads_mb", "{:.1f} MB"),
         ("  N", "threads_used", "{:,.0f}"),
         ("cold start to healthy /healthz", "cold_start_s", "{:.2f} s"),
-        ("channel path x8, durable inbox", "channel_durable_turns_per_s", "{:.0f} turns/s"),
-        ("channel path x8, inbox in memory", "channel_volatile_turns_per_s", "{:.0f} turns/s"),
+        # Both are paced to the Bot API's 30 messages a second by the Telegram channel
+        # itself, so this ratio shows a cost only if it pushes throughput below that pace;
+        # the CPU per channel turn below is the finer measure.
+        ("channel path x8, durable inbox (paced)", "channel_durable_turns_per_s",
+         "{:.0f} turns/s"),
+        ("channel path x8, inbox in memory (paced)", "channel_volatile_turns_per_s",
+         "{:.0f} turns/s"),
         ("  durable / in memory", "channel_inbox_throughput_ratio", "{:.2f}x"),
         ("channel p50, durable inbox", "channel_durable_p50_ms", "{:.2f} ms"),
         ("channel p50, inbox in memory", "channel_volatile_p50_ms", "{:.2f} ms"),
