@@ -175,7 +175,8 @@ def gateway_env(data_dir: Path, provider: str, llm_url: str = "") -> dict[str, s
     """The environment of a gateway under test."""
     env = {"CLOUDYBOT_DATA_DIR": str(data_dir), "CLOUDYBOT_LLM_PROVIDER": provider,
            "CLOUDYBOT_LLM_MODEL": "bench-model", "CLOUDYBOT_PURGE_INTERVAL_MINUTES": "0",
-           "HTTP_PROXY": "", "HTTPS_PROXY": "", "http_proxy": "", "https_proxy": ""}
+           "HTTP_PROXY": "", "HTTPS_PROXY": "", "http_proxy": "", "https_proxy": "",
+           "CLOUDYBOT_CONFIG": ""}  # no configuration file of this machine's user
     if llm_url:
         env["CLOUDYBOT_LLM_BASE_URL"] = llm_url
         env["CLOUDYBOT_LLM_API_KEY"] = "sk-bench"
