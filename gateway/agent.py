@@ -270,7 +270,10 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
         else:
             events.append({"type": "tool_result", "replyId": reply_id, "round": round_number,
                            "toolCallId": message["tool_call_id"], "content": message["content"]})
-    events.append({"type": "assistant", "content": reply, "messageId": reply_id})
+    reply_event: dict[str, Any] = {"type": "assistant", "content": reply, "messageId": reply_id}
+    if run.exchange:
+        reply_event["toolTokens"] = run.exchange_tokens  # so a replay never counts them again
+    events.append(reply_event)
     events.append({"type": "usage", "promptTokens": run.prompt_tokens,
                    "completionTokens": run.completion_tokens,
                    "credits": sum(c.credits for c in run.charges),
@@ -327,7 +330,8 @@ async def _prompt(gw: Gateway, turn: TurnContext, state: TurnState, message: str
             user_message=message,
             user_tokens=gw.counter.count(message) + IMAGE_TOKENS * len(images),
             user_images=tuple(image.data_url() for image in images),
-            exchanges=gw.sessions.exchanges(turn.session_key),
+            exchanges=gw.sessions.exchanges(turn.session_key, state.messages[0].id)
+            if state.messages else {},
             reserved_tokens=gw.tool_schema_tokens,
         ),
         gw.counter,

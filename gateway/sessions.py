@@ -4,9 +4,13 @@
 with ``type`` and ``ts``. Appends are one ``write`` of whole lines to an ``O_APPEND`` descriptor.
 The rotation check is one ``stat`` (size and modification time), so neither it nor the append
 ever reads the file, and a file archived by another process (``cloudybot sessions rotate``) is
-noticed at once. The tool exchanges of recent turns are indexed in memory (rebuilt from the
-file, at most ``SESSION_MAX_FILE_BYTES``, once per process), so a turn replays them without
-reading the file.
+noticed at once.
+
+A turn replays the tool exchanges of the replies still in rolling memory. They are kept in
+memory for the most recently used ``MAX_INDEXED_SESSIONS`` sessions; for any other session they
+are read from the end of its file backwards, only as far as the oldest of those replies (the
+recent window, never the whole file), with their token counts as written. So what a turn does
+with its session never grows with the file's size or with the number of active sessions.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class _Session:
     path: Path
     # assistant message id -> the tool exchange that preceded that reply
     exchanges: dict[int, ToolExchange] = field(default_factory=dict)
+    # ``exchanges`` holds every exchange of the replies from this id on (None: none read yet)
+    complete_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,40 +122,36 @@ class SessionStore:
         if session is not None:
             self._sessions.move_to_end(key)
             return session
-        path = self.path_for(key)
-        session = _Session(path)
-        if _terminate_torn_line(path):
-            session.exchanges = self._index(path, self.count_message)
+        session = _Session(self.path_for(key))
+        _terminate_torn_line(session.path)
         self._sessions[key] = session
         if len(self._sessions) > MAX_INDEXED_SESSIONS:
             self._sessions.popitem(last=False)
         return session
 
-    @staticmethod
-    def _index(path: Path, count_message: CountMessage) -> dict[int, ToolExchange]:
-        """Rebuild the tool exchanges from ``tool_calls`` / ``tool_result`` events."""
-        grouped: dict[int, list[dict[str, Any]]] = {}
-        for event in read_events(path):
-            reply_id = event.get("replyId")
-            if not isinstance(reply_id, int):
-                continue
-            if event.get("type") == "tool_calls" and isinstance(event.get("calls"), list):
-                grouped.setdefault(reply_id, []).append({
-                    "role": "assistant", "content": event.get("content"),
-                    "tool_calls": [{"id": c.get("id"), "type": "function",
-                                    "function": {"name": c.get("name"),
-                                                 "arguments": c.get("arguments")}}
-                                   for c in event["calls"] if isinstance(c, dict)]})
-            elif event.get("type") == "tool_result":
-                grouped.setdefault(reply_id, []).append({
-                    "role": "tool", "tool_call_id": event.get("toolCallId"),
-                    "content": event.get("content")})
-        exchanges = {}
-        for reply_id, messages in grouped.items():
-            if complete_exchange(messages):
-                tokens = sum(count_message(m) for m in messages)
-                exchanges[reply_id] = ToolExchange(tuple(messages), tokens)
-        return exchanges
+    def _read_exchanges(self, path: Path, since_id: int) -> dict[int, ToolExchange]:
+        """The complete tool exchanges of replies from ``since_id`` on, from the file's tail.
+
+        Events are written in message order, so reading backwards can stop at the first
+        message event older than ``since_id``: the work is that of the recent window.
+        """
+        tail: list[dict[str, Any]] = []
+        for line in _reverse_lines(path):
+            if b'"messageId"' not in line and b'"replyId"' not in line \
+                    and b'"session"' not in line:
+                continue  # usage, rotation and notes need no parsing
+            try:
+                event = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue  # a torn line; read_events reports those
+            if not isinstance(event, dict) or event.get("type") == "session":
+                break
+            message_id = event.get("messageId")
+            if isinstance(message_id, int) and message_id < since_id:
+                break
+            tail.append(event)
+        tail.reverse()
+        return _exchanges_of(tail, self.count_message)
 
     # --- rotation -----------------------------------------------------------------------------
     def rotation_due(self, key: str) -> str | None:
@@ -229,6 +231,7 @@ class SessionStore:
             lines = []
             if size == 0:
                 session.exchanges.clear()
+                session.complete_from = 0  # a new file: nothing older to read
                 lines.append({"type": "session", "key": key, "userId": user_id,
                               "threadId": thread_id, "createdAt": ts})
             lines.extend({**event, "ts": ts} for event in events)
@@ -244,11 +247,20 @@ class SessionStore:
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
 
-    def exchanges(self, key: str) -> dict[int, ToolExchange]:
-        """Tool exchanges of this session by the id of the reply they preceded."""
+    def exchanges(self, key: str, since_id: int) -> dict[int, ToolExchange]:
+        """Tool exchanges of this session by the id of the reply they preceded, for every
+        reply from ``since_id`` on (the oldest message in rolling memory)."""
         session = self._session(key)
-        if session.exchanges and not session.path.exists():
+        if session.complete_from is None or since_id < session.complete_from:
+            try:
+                session.exchanges.update(self._read_exchanges(session.path, since_id))
+                session.complete_from = since_id
+            except FileNotFoundError:
+                session.exchanges.clear()
+                session.complete_from = None
+        elif session.exchanges and not session.path.exists():
             session.exchanges.clear()  # archived by another process
+            session.complete_from = None
         return session.exchanges
 
     def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
@@ -257,6 +269,8 @@ class SessionStore:
         if session is not None:
             for reply_id in [i for i in session.exchanges if i < first_kept_id]:
                 del session.exchanges[reply_id]
+            if session.complete_from is not None:
+                session.complete_from = max(session.complete_from, first_kept_id)
 
     # --- listing ------------------------------------------------------------------------------
     def list_sessions(self) -> Iterator[tuple[str, int, float]]:
@@ -277,6 +291,68 @@ class SessionStore:
         """The archived files of ``key``, oldest first."""
         return sorted(p for p in self.archive_dir.iterdir()
                       if _archived_key(p.name) == encode_key(key))
+
+
+def _exchanges_of(events: Sequence[dict[str, Any]],
+                  count_message: CountMessage) -> dict[int, ToolExchange]:
+    """Group ``tool_calls`` / ``tool_result`` events into the complete exchanges they hold.
+
+    A reply's ``toolTokens`` (written with it) is its exchange's token count; without it the
+    messages are counted.
+    """
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    written_tokens: dict[int, int] = {}
+    for event in events:
+        kind = event.get("type")
+        if kind == "assistant":
+            tokens, message_id = event.get("toolTokens"), event.get("messageId")
+            if type(tokens) is int and tokens >= 0 and isinstance(message_id, int):
+                written_tokens[message_id] = tokens
+            continue
+        reply_id = event.get("replyId")
+        if not isinstance(reply_id, int):
+            continue
+        if kind == "tool_calls" and isinstance(event.get("calls"), list):
+            grouped.setdefault(reply_id, []).append({
+                "role": "assistant", "content": event.get("content"),
+                "tool_calls": [{"id": c.get("id"), "type": "function",
+                                "function": {"name": c.get("name"),
+                                             "arguments": c.get("arguments")}}
+                               for c in event["calls"] if isinstance(c, dict)]})
+        elif kind == "tool_result":
+            grouped.setdefault(reply_id, []).append({
+                "role": "tool", "tool_call_id": event.get("toolCallId"),
+                "content": event.get("content")})
+    exchanges = {}
+    for reply_id, messages in grouped.items():
+        if complete_exchange(messages):
+            tokens = written_tokens.get(reply_id)
+            if tokens is None:
+                tokens = sum(count_message(m) for m in messages)
+            exchanges[reply_id] = ToolExchange(tuple(messages), tokens)
+    return exchanges
+
+
+def _reverse_lines(path: Path, first_block: int = 8192,
+                   max_block: int = 1 << 20) -> Iterator[bytes]:
+    """The file's non-empty lines, last first; blocks read from the end grow as needed, so a
+    reader that stops early reads only the tail. Raises FileNotFoundError."""
+    with path.open("rb") as handle:
+        position = handle.seek(0, os.SEEK_END)
+        block = first_block
+        partial = b""
+        while position > 0:
+            step = min(block, position)
+            position -= step
+            handle.seek(position)
+            lines = (handle.read(step) + partial).split(b"\n")
+            partial = lines[0]  # may begin before this block
+            for line in reversed(lines[1:]):
+                if line.strip():
+                    yield line
+            block = min(block * 2, max_block)
+        if partial.strip():
+            yield partial
 
 
 def complete_exchange(messages: Sequence[dict[str, Any]]) -> bool:

@@ -23,7 +23,14 @@ from gateway.app import build_app
 from gateway.config import Settings
 from gateway.plugins import PluginManager
 from gateway.prompt import ROTATION_HINT
-from gateway.sessions import Rotation, SessionStore, decode_key, encode_key, read_events
+from gateway.sessions import (
+    Rotation,
+    SessionStore,
+    ToolExchange,
+    decode_key,
+    encode_key,
+    read_events,
+)
 from gateway.testing.fake_llm import FakeLLM, Scripted, tool_call_completion
 from tests.conftest import Harness
 
@@ -773,3 +780,135 @@ def test_appends_are_whole_lines_in_order(tmp_path: Path) -> None:
     assert len(events) == 101
     assert [e["content"] for e in events[1::2]] == [f"m{n}" for n in range(50)]
     assert os.stat(store.path_for("k")).st_size == len(raw)
+
+
+# --- replaying tool exchanges of a session not held in memory (issue 17) -----------------------
+def turn_events(user_id: int, tool_result: str | None = None,
+                tool_tokens: int | None = None) -> list[dict[str, Any]]:
+    """One turn as the agent writes it: user message, an optional tool exchange, reply."""
+    reply_id = user_id + 1
+    events: list[dict[str, Any]] = [{"type": "user", "content": "question", "messageId": user_id}]
+    if tool_result is not None:
+        events += [{"type": "tool_calls", "replyId": reply_id, "round": 1, "content": None,
+                    "calls": [{"id": f"call_{reply_id}", "name": "calculator",
+                               "arguments": "{}"}]},
+                   {"type": "tool_result", "replyId": reply_id, "round": 1,
+                    "toolCallId": f"call_{reply_id}", "content": tool_result}]
+    reply: dict[str, Any] = {"type": "assistant", "content": "answer", "messageId": reply_id}
+    if tool_tokens is not None:
+        reply["toolTokens"] = tool_tokens
+    return [*events, reply, {"type": "usage", "promptTokens": 1, "completionTokens": 1}]
+
+
+def write_long_session(store: SessionStore, key: str, old_turns: int) -> None:
+    """``old_turns`` turns of 4 KB tool results, then recent turns 10_000.. (one with tools)."""
+    for number in range(old_turns):
+        store.append(key, "alice", "t1", turn_events(2 * number + 1, "old " * 1000, 7))
+    store.append(key, "alice", "t1", turn_events(10_000))
+    store.append(key, "alice", "t1", turn_events(10_002, "5", 42))
+    store.append(key, "alice", "t1", turn_events(10_004))
+
+
+class CountingReads:
+    """Counts the bytes read through every file opened with ``Path.open`` during a test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bytes = 0
+        original = Path.open
+
+        def counting_open(path: Path, *args: Any, **kwargs: Any) -> Any:
+            handle = original(path, *args, **kwargs)
+            read = handle.read
+
+            def counted(*read_args: Any) -> Any:
+                data = read(*read_args)
+                self.bytes += len(data)
+                return data
+            handle.read = counted
+            return handle
+        monkeypatch.setattr(Path, "open", counting_open)
+
+
+def test_a_session_not_in_memory_replays_from_the_files_tail_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "sessions"
+    write_long_session(make_store(root), "k", old_turns=1000)  # a 4 MB file
+    assert store_size(root, "k") > 4_000_000
+    reads = CountingReads(monkeypatch)
+
+    fresh = make_store(root)  # a restart, or a session evicted from memory
+    exchanges = fresh.exchanges("k", since_id=10_000)
+
+    assert list(exchanges) == [10_003]
+    assert exchanges[10_003].messages[-1] == {"role": "tool", "tool_call_id": "call_10003",
+                                              "content": "5"}
+    assert reads.bytes < 64 * 1024
+
+
+def store_size(root: Path, key: str) -> int:
+    return (root / (encode_key(key) + ".jsonl")).stat().st_size
+
+
+def test_the_written_token_count_is_used_and_nothing_is_counted_again(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    write_long_session(make_store(root), "k", old_turns=3)
+
+    def must_not_count(message: Any) -> int:
+        raise AssertionError("a stored exchange was tokenized again")
+    fresh = SessionStore(root, idle_minutes=IDLE_MINUTES, max_bytes=10**9,
+                         count_message=must_not_count)
+
+    assert fresh.exchanges("k", since_id=10_000)[10_003].tokens == 42
+
+
+def test_an_exchange_far_back_in_the_recent_window_is_found(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = make_store(root)
+    store.append("k", "alice", "t1", turn_events(1, "big " * 20_000, 9))  # 80 KB, > one block
+    for number in range(3, 40, 2):
+        store.append("k", "alice", "t1", turn_events(number))
+
+    exchanges = make_store(root).exchanges("k", since_id=1)
+
+    assert list(exchanges) == [2] and exchanges[2].tokens == 9
+
+
+def test_exchanges_before_the_window_are_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    write_long_session(make_store(root), "k", old_turns=5)
+
+    assert list(make_store(root).exchanges("k", since_id=10_004)) == []
+    assert sorted(make_store(root).exchanges("k", since_id=5)) == [6, 8, 10, 10_003]
+
+
+def test_an_older_window_asked_later_is_read_again(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    write_long_session(make_store(root), "k", old_turns=5)
+    store = make_store(root)
+
+    assert list(store.exchanges("k", since_id=10_004)) == []
+    assert 10_003 in store.exchanges("k", since_id=10_000)
+
+
+def test_sessions_evicted_from_memory_still_replay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gateway.sessions.MAX_INDEXED_SESSIONS", 2)
+    store = make_store(tmp_path / "sessions")
+    for key in ("a", "b", "c", "d"):
+        store.append(key, "alice", key, turn_events(1, f"result of {key}", 3))
+
+    for key in ("a", "b", "c", "d"):
+        exchange = store.exchanges(key, since_id=1)[2]
+        assert exchange.messages[-1]["content"] == f"result of {key}"
+
+
+def test_a_session_archived_by_another_process_replays_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = make_store(root)
+    store.append("k", "alice", "t1", turn_events(1, "5", 3),
+                 exchange=(2, ToolExchange(({"role": "tool"},), 3)))
+    assert 2 in store.exchanges("k", since_id=1)
+
+    make_store(root).archive("k", "manual")
+
+    assert store.exchanges("k", since_id=1) == {}
