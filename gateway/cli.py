@@ -64,7 +64,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         web.run_app(build_app(gateway), host=host, port=port, print=started,
-                    shutdown_timeout=settings.shutdown_grace_seconds)
+                    shutdown_timeout=settings.shutdown_grace_seconds,
+                    access_log=logging.getLogger("aiohttp.access") if settings.access_log
+                    else None)
     except OSError as exc:
         raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return 0
