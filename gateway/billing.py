@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from .config import Settings
 from .errors import PaymentRequired, RateLimited
 from .store import Charge
-from .times import iso
+from .times import iso, month_of
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
@@ -90,7 +90,7 @@ def worst_case(settings: Settings, counted_prompt: int, max_tokens: int) -> int:
 # --- periods ----------------------------------------------------------------------------------
 def period_of(epoch: float) -> str:
     """The billing period (a UTC calendar month, ``YYYY-MM``) of a moment."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m")
+    return month_of(epoch)
 
 
 def period_bounds(period: str) -> tuple[str, str]:
