@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import jsonio
 from .files import FILE_MODE, private_dir
 from .times import iso_utc
 
@@ -243,8 +244,7 @@ class SessionStore:
                 lines.append({"type": "session", "key": key, "userId": user_id,
                               "threadId": thread_id, "createdAt": ts})
             lines.extend({**event, "ts": ts} for event in events)
-            data = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
-                           for line in lines).encode("utf-8")
+            data = b"".join(jsonio.dumps(line) + b"\n" for line in lines)
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data  # end a torn line (a crash, a full disk) before ours
             view = memoryview(data)

@@ -33,6 +33,7 @@ from gateway import (
     ProviderError,
     ProviderTimeout,
     hookimpl,
+    jsonio,
 )
 from gateway.billing import shown
 from gateway.errors import ConfigError
@@ -136,7 +137,7 @@ class OpenAIProvider(Provider):
         client = self._client
         if client is None:
             raise ProviderError("the openai provider has not started")
-        body = json.dumps(payload).encode()
+        body = jsonio.dumps(payload)
         for attempt in range(self.max_retries + 1):
             last_try = attempt == self.max_retries
             try:
