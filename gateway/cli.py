@@ -49,13 +49,22 @@ def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -
     return asyncio.run(run())
 
 
+def configure_logging() -> None:
+    """The server's logging: INFO and up to stderr, one line each."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx (python-telegram-bot's client) logs every Bot API request at INFO: a line per send
+    # is noise, and formatting it costs more than the send itself. Its warnings still show.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the gateway until interrupted."""
     settings = _settings(args)
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     gateway = Gateway(settings)
 
     def started(_: str) -> None:

@@ -276,3 +276,14 @@ def test_purge_command_exists_and_exits_0(data_dir: Path) -> None:
     assert cloudybot(data_dir, "users", "add", "alice").returncode == 0
     result = cloudybot(data_dir, "purge")
     assert result.returncode == 0, result.stderr
+
+
+def test_serve_logging_keeps_httpx_request_lines_out() -> None:
+    import logging
+
+    from gateway.cli import configure_logging
+
+    configure_logging()
+    # One INFO line per Bot API request (python-telegram-bot's httpx) is noise and CPU.
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
