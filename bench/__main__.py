@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--json FILE]``: what a turn costs the gateway itself.
+"""``python -m bench [--quick] [--json FILE] [--against REV]``: what a turn costs the gateway.
 
 Every figure comes from this machine in this run; every goal is a bound or a ratio. The load
 client, the fake LLM and the gateway share this machine's cores, so the headline is the
@@ -6,9 +6,10 @@ gateway's CPU per turn read from its own process counters, not throughput:
 
 1. headline (bench/cpu.py): server CPU per turn at 1 and 8 concurrent conversations of
    ``cloudybot serve`` as users run it, with the OpenAI-compatible fake LLM in its own process;
-   beside it the same ``serve`` with an in-process provider (no provider HTTP) and an app doing
-   only a turn's irreducible I/O (a floor); windows of >= 5 s or 5,000 turns, rounds
-   interleaved, median and spread;
+   beside it the same ``serve`` at a reference commit (``--against``; the goals are ratios to
+   it), ``serve`` with an in-process provider (no provider HTTP) and an app doing only a
+   turn's irreducible I/O (a floor); windows of >= 5 s or 5,000 turns, rounds interleaved,
+   median and spread;
 2. active conversations (bench/conversations.py): CPU per turn with 100 vs 2,000 vs 10,000
    conversations in use, each with a ~150 KB session file;
 3. the thread list (bench/threadlist.py): ``GET /api/threads`` pages for a user with 40,000
@@ -45,10 +46,13 @@ from typing import Any
 
 from bench import assembly, channel, conversations, cpu, growth, sessions, streaming, threadlist
 from bench.load import add_user, drive, free_port, gateway_env, start_gateway, start_server
+from bench.reference import REFERENCE
 
 TARGETS = {
-    "cpu_us_per_turn_8": ("<=", 450.0),
-    "cpu_us_per_turn_1": ("<=", 600.0),
+    # Issue 17 asked for 640 -> 450 µs at x8 and 890 -> 600 µs at x1 on its machine: the
+    # same cuts, as ratios to the reference commit run side by side (judged against it only).
+    "cpu_vs_reference_8": ("<=", 0.70),
+    "cpu_vs_reference_1": ("<=", 0.67),
     "active_conversations_ratio": ("<=", 1.15),
     "threads_page_ms_p99": ("<=", 10.0),
     "threads_deep_page_ratio": ("<=", 1.5),
@@ -116,6 +120,8 @@ def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
         value = figures.get(name)
         if value is None:
             continue
+        if name.startswith("cpu_vs_reference_") and figures.get("reference") != REFERENCE:
+            continue  # the goals are cuts from that commit, not from any other
         results[name] = value >= bound if op == ">=" else value <= bound if op == "<=" \
             else value < bound
     return results
@@ -172,9 +178,14 @@ def print_table(figures: dict[str, Any]) -> None:
     _load_rows(figures, f"server CPU per /chat turn ({rounds} rounds)", [
         (f"{cpu.LABELS[name]} x{concurrency}", f"{name}_{concurrency}")
         for concurrency in cpu.CONCURRENCIES for name in cpu.LABELS])
+    if figures.get("reference"):
+        print(f"reference: cloudybot serve at commit {figures['reference']}, set up alike "
+              "and measured in the same rounds")
     _value_rows(figures, [
         ("gateway CPU per turn, x1 (headline)", "cpu_us_per_turn_1", "{:.0f} µs"),
         ("gateway CPU per turn, x8 (headline)", "cpu_us_per_turn_8", "{:.0f} µs"),
+        ("  / the reference commit, x1", "cpu_vs_reference_1", "{:.2f}"),
+        ("  / the reference commit, x8", "cpu_vs_reference_8", "{:.2f}"),
         ("  over the I/O-only floor, x1 (no target)", "cpu_over_baseline_1", "{:.2f}x"),
         ("  over the I/O-only floor, x8 (no target)", "cpu_over_baseline_8", "{:.2f}x"),
     ], results)
@@ -231,12 +242,9 @@ def print_table(figures: dict[str, Any]) -> None:
         ("RSS after N threads used", "rss_after_threads_mb", "{:.1f} MB"),
         ("  N", "threads_used", "{:,.0f}"),
         ("cold start to healthy /healthz", "cold_start_s", "{:.2f} s"),
-        # Both are paced to the Bot API's 30 messages a second by the Telegram channel
-        # itself, so this ratio shows a cost only if it pushes throughput below that pace;
-        # the CPU per channel turn below is the finer measure.
-        ("channel path x8, durable inbox (paced)", "channel_durable_turns_per_s",
+        ("channel path x8, durable inbox", "channel_durable_turns_per_s",
          "{:.0f} turns/s"),
-        ("channel path x8, inbox in memory (paced)", "channel_volatile_turns_per_s",
+        ("channel path x8, inbox in memory", "channel_volatile_turns_per_s",
          "{:.0f} turns/s"),
         ("  durable / in memory", "channel_inbox_throughput_ratio", "{:.2f}x"),
         ("channel p50, durable inbox", "channel_durable_p50_ms", "{:.2f} ms"),
@@ -253,7 +261,7 @@ def print_table(figures: dict[str, Any]) -> None:
         print("QUICK RUN: indicative figures only.")
 
 
-async def run(quick: bool) -> dict[str, Any]:
+async def run(quick: bool, against: str | None) -> dict[str, Any]:
     """Every section, in one run; each section's duration is reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
                                "cores": os.cpu_count(), "python": platform.python_version(),
@@ -274,7 +282,7 @@ async def run(quick: bool) -> dict[str, Any]:
         async def run_sync(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             return work()
 
-        await section("headline", lambda: cpu.run(quick, tmp))
+        await section("headline", lambda: cpu.run(quick, tmp, against))
         await section("conversations", lambda: conversations.run(quick, tmp))
         await section("threadlist", lambda: threadlist.run(quick, tmp))
         await section("growth", lambda: growth.run(quick, tmp))
@@ -297,8 +305,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help="CI's smoke run (well under 90 s): indicative figures only")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--against", metavar="REV", default=REFERENCE,
+                        help="the commit whose serve runs beside today's in the headline "
+                             f"(default {REFERENCE}, the goals' reference; 'none': no reference)")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.quick))
+    figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against))
     print_table(figures)
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "targets": verdicts(figures)},

@@ -12,7 +12,10 @@ hits all of them alike, at 1 and 8 concurrent conversations:
   log), with the OpenAI-compatible fake provider in its own process on loopback; summarization
   happens as it does in use (every few turns of a conversation);
 - ``inprocess``: the same ``serve`` with a zero-cost in-process provider (no provider HTTP);
-- ``baseline``: an app doing only a turn's irreducible I/O (``bench/baseline.py``), a floor.
+- ``baseline``: an app doing only a turn's irreducible I/O (``bench/baseline.py``), a floor;
+- ``reference``: ``cloudybot serve`` as it was at an earlier commit (``bench/reference.py``),
+  set up exactly as ``gateway``: the goals are ratios to it, which do not depend on how fast
+  this machine is.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import aiohttp
 
+from bench import reference
 from bench.load import (
     MESSAGE,
     LoadResult,
@@ -46,6 +50,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Companion = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 CONCURRENCIES = (1, 8)
 LABELS = {"gateway": "cloudybot serve, HTTP fake LLM",
+          "reference": "the same at the reference commit",
           "inprocess": "serve, in-process LLM (no provider HTTP)",
           "baseline": "baseline app (I/O only, a floor)"}
 
@@ -154,17 +159,22 @@ def summarize(runs: list[LoadResult]) -> dict[str, float]:
             "errors": float(sum(run.errors for run in runs)), "rounds": float(len(runs))}
 
 
-async def run(quick: bool, tmp: Path) -> dict[str, Any]:
+async def run(quick: bool, tmp: Path, against: str | None) -> dict[str, Any]:
     """The headline section: each server's rows, the targets' figures and the peak RSS of
-    ``cloudybot serve`` during it."""
+    ``cloudybot serve`` during it; ``against``: the reference commit (None: none)."""
     window = window_for(quick)
     rounds = 1 if quick else 5
     llm, llm_url = start_fake_llm()
     servers: dict[str, tuple[Server, str]] = {}
+    source = reference.extract(against, tmp / "reference-source") if against else None
     try:
         env = gateway_env(tmp / "headline-gateway", "openai", llm_url)
         token = add_user(env)
         servers["gateway"] = (start_serve(env), token)
+        if source is not None:
+            env = gateway_env(tmp / "headline-reference", "openai", llm_url)
+            token = add_user(env, cwd=source)
+            servers["reference"] = (start_serve(env, cwd=source), token)
         env = gateway_env(tmp / "headline-inprocess", "inprocess")
         token = add_user(env)
         servers["inprocess"] = (start_gateway(env, tmp / "headline-inprocess", "--serve"),
@@ -197,6 +207,10 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
         floor = figures[f"baseline_{concurrency}"]["cpu_us"]
         figures[f"cpu_us_per_turn_{concurrency}"] = gateway
         figures[f"cpu_over_baseline_{concurrency}"] = gateway / floor if floor else 0.0
+        if source is not None:
+            figures[f"cpu_vs_reference_{concurrency}"] = (
+                gateway / figures[f"reference_{concurrency}"]["cpu_us"])
+    figures["reference"] = against if source is not None else None
     figures["p50_ms_1_thread_inprocess"] = figures["inprocess_1"]["p50_ms"]
     figures["peak_rss_mb"] = peak_rss_mb
     figures["window_s"], figures["window_turns"] = window.seconds, window.turns

@@ -66,15 +66,16 @@ def _tail(log: IO[bytes]) -> str:
 
 
 def start_server(args: list[str], env: Mapping[str, str], port: int,
-                 timeout: float = 20.0) -> tuple[Server, float]:
-    """Start ``python args...`` and wait for ``/healthz``; return it and the seconds it took.
+                 timeout: float = 20.0, cwd: Path | None = None) -> tuple[Server, float]:
+    """Start ``python args...`` (in ``cwd``, if given) and wait for ``/healthz``; return it
+    and the seconds it took.
 
     The process's stderr (where ``cloudybot serve`` logs, access log included) goes to an
     unnamed temporary file: written as a log file would be, never a pipe that fills up."""
     started = time.perf_counter()
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Server.stop)
     process = subprocess.Popen([sys.executable, *args], env={**os.environ, **env},
-                               stdout=subprocess.DEVNULL, stderr=log)
+                               stdout=subprocess.DEVNULL, stderr=log, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     deadline = started + timeout
     while True:
@@ -183,11 +184,13 @@ def gateway_env(data_dir: Path, provider: str, llm_url: str = "") -> dict[str, s
     return env
 
 
-def add_user(env: dict[str, str], user_id: str = "bench") -> str:
-    """Create a team-plan (unlimited) account with the CLI; return its token."""
+def add_user(env: dict[str, str], user_id: str = "bench", cwd: Path | None = None) -> str:
+    """Create a team-plan (unlimited) account with the CLI (of the gateway in ``cwd``, if
+    given); return its token."""
     out = subprocess.run([sys.executable, "-m", "gateway.cli", "users", "add", user_id,
                           "--plan", "team", "--credits", "100000000"],
-                         env={**os.environ, **env}, check=True, capture_output=True, text=True)
+                         env={**os.environ, **env}, check=True, capture_output=True, text=True,
+                         cwd=cwd)
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -200,13 +203,13 @@ def start_gateway(env: dict[str, str], data_dir: Path, *extra: str) -> Server:
     return server
 
 
-def start_serve(env: dict[str, str]) -> Server:
+def start_serve(env: dict[str, str], cwd: Path | None = None) -> Server:
     """Start ``cloudybot serve`` exactly as a user runs it (``python -m gateway.cli serve``),
     configured only through ``env`` plus its port: its own logging and access log as they
-    are by default."""
+    are by default. ``cwd``: the source tree to run (``-m`` puts it first on ``sys.path``)."""
     port = free_port()
     server, _ = start_server(["-m", "gateway.cli", "serve"],
-                             {**env, "CLOUDYBOT_PORT": str(port)}, port)
+                             {**env, "CLOUDYBOT_PORT": str(port)}, port, cwd=cwd)
     return server
 
 
