@@ -34,7 +34,8 @@ def month_of(epoch: float) -> str:
     """The UTC calendar month (``YYYY-MM``) of a moment given in epoch seconds."""
     global _month
     start, end, month = _month
-    if not start <= epoch < end:
+    # Within a microsecond of a month's edge datetime's rounding decides: ask it.
+    if not start + 1e-6 <= epoch < end - 1e-6:
         moment = datetime.fromtimestamp(epoch, UTC)
         first = datetime(moment.year, moment.month, 1, tzinfo=UTC)
         after = datetime(moment.year + moment.month // 12, moment.month % 12 + 1, 1, tzinfo=UTC)

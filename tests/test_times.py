@@ -28,5 +28,7 @@ def test_month_and_second_boundaries() -> None:
     new_year = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
     assert month_of(new_year - 0.000001) == "2026-12"
     assert month_of(new_year) == "2027-01"
+    assert month_of(-86400 * 10) == "1969-12"
+    assert month_of(-1e-265) == "1970-01"  # datetime rounds it to the next month's first µs
     assert iso_utc(new_year - 0.0000004) == "2027-01-01T00:00:00.000000Z"  # rounds up a second
     assert iso_utc(new_year - 0.000001) == "2026-12-31T23:59:59.999999Z"
