@@ -26,12 +26,11 @@ from channels.telegram import adapter as telegram_adapter
 from gateway import Gateway
 from gateway.app import build_app
 from gateway.config import load_settings
-from gateway.plugins import PluginManager, make_plugin_manager
+from gateway.plugins import PluginManager, declared_settings, make_plugin_manager
 
 
 def serve_with_inprocess(port: int) -> int:
     """``cloudybot serve --port PORT`` with the in-process provider registered."""
-    import gateway.gateway as gateway_module
     from gateway import cli
 
     def with_inprocess(**kwargs: Any) -> PluginManager:
@@ -39,7 +38,7 @@ def serve_with_inprocess(port: int) -> int:
         pm.register(inprocess, name="inprocess")
         return pm
 
-    gateway_module.make_plugin_manager = with_inprocess  # type: ignore[attr-defined]
+    cli.make_plugin_manager = with_inprocess  # type: ignore[attr-defined]
     return cli.main(["serve", "--port", str(port)])
 
 
@@ -53,9 +52,9 @@ def main() -> None:
     if "--serve" in sys.argv[3:]:
         sys.exit(serve_with_inprocess(port))
     logging.basicConfig(level=logging.WARNING)
-    settings = load_settings(None)
     pm = make_plugin_manager()
     pm.register(inprocess, name="inprocess")
+    settings = load_settings(None, plugins=declared_settings(pm))
     store = None
     if "--volatile-inbox" in sys.argv[3:]:
         from bench.channel import VolatileInboxStore

@@ -1,10 +1,12 @@
 """CloudyBot gateway: one memory and prompt core for every chat channel.
 
-What plugins import: ``hookimpl`` and the interfaces they implement or receive.
+What plugins import: ``hookimpl``, the interfaces they implement or receive, and the means
+to declare their settings (``PluginSettings``, ``setting`` and the parsers in ``options``).
 """
 
 from __future__ import annotations
 
+from . import options
 from .errors import GatewayError, ProviderError, ProviderTimeout
 from .gateway import Gateway
 from .hookspecs import hookimpl
@@ -14,8 +16,10 @@ from .interfaces import (
     CompletionRequest,
     PromptSection,
     Provider,
+    ReservedChannel,
     TurnContext,
 )
+from .options import PluginSettings, setting
 from .store import ThreadRef
 
 __all__ = [
@@ -24,11 +28,15 @@ __all__ = [
     "CompletionRequest",
     "Gateway",
     "GatewayError",
+    "PluginSettings",
     "PromptSection",
     "Provider",
     "ProviderError",
     "ProviderTimeout",
+    "ReservedChannel",
     "ThreadRef",
     "TurnContext",
     "hookimpl",
+    "options",
+    "setting",
 ]

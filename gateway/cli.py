@@ -20,7 +20,7 @@ from .billing import period_bounds
 from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
-from .plugins import describe_plugins, make_plugin_manager
+from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
 from .retention import PurgeReport, purge
 from .sessions import SessionStore, read_events
 from .store import Delivery, ExpiredThread
@@ -31,9 +31,16 @@ from .tokens import TokenCounter
 T = TypeVar("T")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
+    """The installed plugins, and the settings (core and plugins') from the file and the
+    environment."""
     path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
-    return load_settings(Path(path) if path else None)
+    pm = make_plugin_manager()
+    return load_settings(Path(path) if path else None, plugins=declared_settings(pm)), pm
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return _load(args)[0]
 
 
 def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -> T:
@@ -61,11 +68,11 @@ def configure_logging() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the gateway until interrupted."""
-    settings = _settings(args)
+    settings, pm = _load(args)
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     configure_logging()
-    gateway = Gateway(settings)
+    gateway = Gateway(settings, pm)
 
     def started(_: str) -> None:
         print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}, "
@@ -237,10 +244,16 @@ def cmd_sessions_rotate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List loaded plugins, built-in and third-party, with the hooks they implement."""
-    for info in describe_plugins(make_plugin_manager()):
+    """List loaded plugins, built-in and third-party: the hooks each implements, the channels
+    it offers (enabled or not) and its settings as configured (secrets masked)."""
+    settings, pm = _load(args)
+    for info in asyncio.run(describe_plugins(Gateway(settings, pm))):
         print(f"{info.name:<16} {info.distribution:<24} {info.module}")
         print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
+        for channel, enabled in info.channels:
+            print(f"{'':<16} channel {channel}: {'enabled' if enabled else 'off'}")
+        for line in info.settings:
+            print(f"{'':<16} {line}")
     return 0
 
 

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from .errors import PluginError
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -31,7 +33,12 @@ def _implementations(hook: pluggy.HookCaller) -> list[pluggy.HookImpl]:
 
 async def collect(hook: pluggy.HookCaller, **kwargs: Any) -> list[Any]:
     """Call every implementation and concatenate the lists they return (None counts as [])."""
-    items: list[Any] = []
+    return [item for _, items in await collect_by_plugin(hook, **kwargs) for item in items]
+
+
+async def collect_by_plugin(hook: pluggy.HookCaller, **kwargs: Any) -> list[tuple[str, list[Any]]]:
+    """As :func:`collect`, each plugin's list apart: (plugin name, its items)."""
+    found: list[tuple[str, list[Any]]] = []
     for impl in _implementations(hook):
         try:
             result = await resolve(impl.function(*(kwargs[name] for name in impl.argnames)))
@@ -44,8 +51,26 @@ async def collect(hook: pluggy.HookCaller, **kwargs: Any) -> list[Any]:
             log.error("plugin %r returned %s from %s(), expected a list; ignored",
                       impl.plugin_name, type(result).__name__, hook.name)
             continue
-        items.extend(result)
-    return items
+        found.append((impl.plugin_name, list(result)))
+    return found
+
+
+def gather_now(hook: pluggy.HookCaller, **kwargs: Any) -> list[tuple[str, Any]]:
+    """Call every implementation of a synchronous hook (read before the event loop runs, such
+    as ``plugin_settings``): (plugin name, what it returned) for each, None left out. A
+    coroutine function cannot answer one: it is a plugin error, as is one that raises."""
+    results = []
+    for impl in _implementations(hook):
+        if inspect.iscoroutinefunction(impl.function):
+            raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name}() must not be async")
+        try:
+            result = impl.function(*(kwargs[name] for name in impl.argnames))
+        except Exception as exc:
+            raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook.name}(): "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if result is not None:
+            results.append((impl.plugin_name, result))
+    return results
 
 
 async def notify_each(hook: pluggy.HookCaller, **kwargs: Any) -> None:

@@ -18,6 +18,7 @@ import pluggy
 if TYPE_CHECKING:
     from .gateway import Gateway
     from .interfaces import Channel, PromptSection, Provider, TurnContext
+    from .options import PluginSettings
     from .sessions import Rotation
     from .store import Delivery
     from .tools import Tool
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
 PROJECT = "cloudybot"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- settings ----------------------------------------------------------------------------
+@hookspec
+def plugin_settings() -> PluginSettings:
+    """Declare this plugin's settings (synchronous: they are read before the gateway starts).
+
+    :return: a :class:`gateway.PluginSettings`: the plugin's name and a frozen dataclass whose
+        fields are made with :func:`gateway.setting`. They are read from ``[plugins.NAME]`` in
+        the TOML file and from ``CLOUDYBOT_{NAME}_{KEY}`` variables (environment first), with
+        the core's strictness: an unknown key or a bad value stops start-up with one line
+        naming it. The plugin reads them with ``gateway.settings.plugin(TheDataclass)``.
+    """
 
 
 # --- providers ---------------------------------------------------------------------------

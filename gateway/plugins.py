@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from . import hookspecs
+from . import hooks, hookspecs
+from .errors import PluginError
+from .options import PluginSettings, declared, masked
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -22,6 +29,8 @@ class PluginInfo:
     module: str
     distribution: str
     hooks: tuple[str, ...]
+    channels: tuple[tuple[str, bool], ...] = ()  # (name, enabled) of each channel it offers
+    settings: tuple[str, ...] = ()  # "[plugins.NAME] key = value  VARIABLE", secrets masked
 
 
 class PluginManager(pluggy.PluginManager):
@@ -72,17 +81,43 @@ def load_entry_point_plugins(pm: PluginManager) -> list[str]:
     return skipped
 
 
-def describe_plugins(pm: PluginManager) -> list[PluginInfo]:
-    """The loaded plugins with the hooks each implements, sorted by name."""
+async def describe_plugins(gateway: Gateway) -> list[PluginInfo]:
+    """The gateway's plugins, sorted by name: the hooks each implements, its channels (built,
+    not started: no I/O) and its settings as configured."""
+    pm = gateway.pm
+    channels = dict(await hooks.collect_by_plugin(pm.hook.register_channels, gateway=gateway))
+    groups = dict(hooks.gather_now(pm.hook.plugin_settings))
     infos = []
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue
-        hooks = tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or []))
+        group = groups.get(name)
         infos.append(PluginInfo(
             name=name,
             module=getattr(plugin, "__name__", type(plugin).__name__),
             distribution=pm.distributions.get(name, "(registered in code)"),
-            hooks=hooks,
+            hooks=tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])),
+            channels=tuple((channel.name, channel.enabled) for channel in channels.get(name, [])),
+            settings=_settings_lines(group, gateway.settings.plugins)
+            if isinstance(group, PluginSettings) else (),
         ))
     return sorted(infos, key=lambda info: info.name)
+
+
+def _settings_lines(group: PluginSettings, values: Mapping[str, Any]) -> tuple[str, ...]:
+    current = values.get(group.name)
+    if current is None:  # settings loaded without this plugin's: its defaults hold
+        current = group.schema()
+    return tuple(f"[{item.section}] {item.key} = {masked(item, getattr(current, item.attr))}"
+                 f"  ({item.variable})" for item in declared(group.schema, group.name))
+
+
+def declared_settings(pm: PluginManager) -> list[PluginSettings]:
+    """The settings every loaded plugin declares (the ``plugin_settings`` hook)."""
+    groups = []
+    for plugin, group in hooks.gather_now(pm.hook.plugin_settings):
+        if not isinstance(group, PluginSettings):
+            raise PluginError(f"plugin {plugin!r}: plugin_settings() returned "
+                              f"{type(group).__name__}, not a PluginSettings")
+        groups.append(group)
+    return groups

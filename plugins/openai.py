@@ -23,17 +23,21 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gateway import (
     Completion,
     CompletionRequest,
     Gateway,
+    PluginSettings,
     Provider,
     ProviderError,
     ProviderTimeout,
     hookimpl,
     jsonio,
+    options,
+    setting,
 )
 from gateway.billing import shown
 from gateway.errors import ConfigError
@@ -41,6 +45,7 @@ from gateway.http_client import HTTPClient, HTTPClientError, Response
 from gateway.tools import ToolCall
 
 log = logging.getLogger(__name__)
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 BACKOFF_BASE_SECONDS = 0.5
 MAX_WAIT_SECONDS = 30.0
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -363,9 +368,31 @@ def _json_kind(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
+@dataclass(frozen=True)
+class OpenAISettings:
+    """``[plugins.openai]``; the variables keep their ``CLOUDYBOT_LLM_*`` names."""
+
+    base_url: str = setting("", "OpenAI-compatible endpoint; requests go to "
+                            "{base_url}/chat/completions (empty: " + OPENAI_BASE_URL + ")",
+                            env="CLOUDYBOT_LLM_BASE_URL")
+    api_key: str = setting("", "API key; empty: $OPENAI_API_KEY (set it in the environment)",
+                           secret=True, env=("CLOUDYBOT_LLM_API_KEY", "OPENAI_API_KEY"))
+    timeout_seconds: float = setting(60.0, "one provider request may take this long "
+                                     "(504 after)", env="CLOUDYBOT_LLM_TIMEOUT_SECONDS",
+                                     parse=options.positive_float)
+    max_retries: int = setting(2, "retries on 429/5xx and dropped connections, with backoff",
+                               env="CLOUDYBOT_LLM_MAX_RETRIES", parse=options.count)
+
+
+@hookimpl
+def plugin_settings() -> PluginSettings:
+    """Declare the provider's settings."""
+    return PluginSettings("openai", OpenAISettings)
+
+
 @hookimpl(trylast=True)
 def register_providers(gateway: Gateway) -> list[Provider]:
     """Register the OpenAI-compatible provider from the gateway's settings."""
-    settings = gateway.settings
-    return [OpenAIProvider(settings.llm_base_url, settings.llm_api_key,
-                           settings.llm_timeout_seconds, settings.llm_max_retries)]
+    settings = gateway.settings.plugin(OpenAISettings)
+    return [OpenAIProvider(settings.base_url or OPENAI_BASE_URL, settings.api_key,
+                           settings.timeout_seconds, settings.max_retries)]

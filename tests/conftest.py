@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from gateway import Gateway
 from gateway.app import build_app
 from gateway.config import Settings, load_settings
-from gateway.plugins import PluginManager, make_plugin_manager
+from gateway.plugins import PluginManager, declared_settings, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM
 from tests.fakes.loop import LoopChannel
 from tests.fakes.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
@@ -50,18 +50,32 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+CORE_FIELDS = frozenset(field.name for field in dataclasses.fields(Settings))
+
+
+def _variable_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 @pytest.fixture
-def make_settings(tmp_path: Path, fake_llm: FakeLLM) -> Callable[..., Settings]:
-    """Settings in a temp data dir, talking to the fake LLM; keyword arguments override."""
+def make_settings(tmp_path: Path, fake_llm: FakeLLM, pm: PluginManager) -> Callable[..., Settings]:
+    """Settings in a temp data dir, talking to the fake LLM. Keyword arguments override: a
+    core field by its name, a plugin's setting by its variable without ``CLOUDYBOT_``
+    (``telegram_group_mode="all"``, ``llm_max_retries=0``; ``""`` unsets), read as the
+    gateway reads the environment."""
     def make(**overrides: Any) -> Settings:
+        variables = {f"CLOUDYBOT_{key.upper()}": _variable_text(value)
+                     for key, value in overrides.items() if key not in CORE_FIELDS}
         base = load_settings(None, env={
             "CLOUDYBOT_DATA_DIR": str(tmp_path / "data"),
             "CLOUDYBOT_LLM_BASE_URL": fake_llm.url,
             "CLOUDYBOT_LLM_API_KEY": "sk-test-key",
             "CLOUDYBOT_LLM_MODEL": "fake-model",
             "CLOUDYBOT_LLM_TIMEOUT_SECONDS": "5",
-        })
-        return dataclasses.replace(base, **overrides)
+            **variables,
+        }, plugins=declared_settings(pm))
+        return dataclasses.replace(base, **{key: value for key, value in overrides.items()
+                                            if key in CORE_FIELDS})
     return make
 
 

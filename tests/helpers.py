@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiohttp import ClientResponse
 
 from gateway.billing import period_of
-from gateway.config import Settings
+from gateway.config import OPTIONS, Settings
 from gateway.store.sqlite import SQLiteStore
 
 
@@ -100,3 +102,14 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         while not predicate():
             await asyncio.sleep(0.005)  # a bounded poll of something the fakes recorded
     await asyncio.wait_for(poll(), timeout)
+
+
+def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The caller's environment without any gateway setting (no ``CLOUDYBOT_*``, no core
+    variable, no ``OPENAI_API_KEY``), on ``data_dir``; ``extra`` added."""
+    ours = {name for option in OPTIONS for name in option.env} | {"OPENAI_API_KEY"}
+    env = {name: value for name, value in os.environ.items()
+           if name not in ours and not name.startswith("CLOUDYBOT_")}
+    env["CLOUDYBOT_DATA_DIR"] = str(data_dir)
+    env.update(extra)
+    return env

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -13,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import OPTIONS
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
-from tests.helpers import Clock, assert_one_line_error
+from tests.helpers import Clock, assert_one_line_error, cli_env
 from tests.test_billing import assert_ledger_matches_balances, credits_body
 from tests.test_retention import full_thread, last_active, session_files
 
@@ -24,13 +22,6 @@ StartGateway = Callable[..., Awaitable[Harness]]
 CLI_TIMEOUT_SECONDS = 60
 
 
-def cli_env(data_dir: Path) -> dict[str, str]:
-    """The caller's environment without any gateway setting, on ``data_dir``."""
-    ours = {option.env for option in OPTIONS} | {"OPENAI_API_KEY"}
-    env = {name: value for name, value in os.environ.items()
-           if name not in ours and not name.startswith("CLOUDYBOT_")}
-    env["CLOUDYBOT_DATA_DIR"] = str(data_dir)
-    return env
 
 
 async def cloudybot(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

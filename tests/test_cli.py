@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
@@ -14,23 +13,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.config import OPTIONS
 from tests.conftest import Harness
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, cli_env
 
 StartGateway = Callable[..., Awaitable[Harness]]
 CLI_TIMEOUT_SECONDS = 60
 SERVE_READY_SECONDS = 10.0
 
 
-def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without any gateway setting, on ``data_dir``."""
-    ours = {option.env for option in OPTIONS} | {"OPENAI_API_KEY", "CLOUDYBOT_CONFIG"}
-    env = {name: value for name, value in os.environ.items()
-           if name not in ours and not name.startswith("CLOUDYBOT_")}
-    env["CLOUDYBOT_DATA_DIR"] = str(data_dir)
-    env.update(extra)
-    return env
 
 
 def cloudybot(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -10,21 +10,30 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import (
-    OPENAI_BASE_URL,
-    OPTIONS,
-    Option,
-    Plan,
-    Price,
-    Settings,
-    load_settings,
-)
+from channels.slack import SlackSettings
+from channels.telegram import TelegramSettings
+from gateway.config import OPTIONS, Plan, Price, Settings
+from gateway.config import load_settings as load_core_settings
 from gateway.errors import ConfigError
+from gateway.options import Declared, declared
+from gateway.plugins import declared_settings, make_plugin_manager
+from plugins.openai import OpenAISettings
 from tests.conftest import Harness
 
 StartGateway = Callable[..., Awaitable[Harness]]
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "config" / "cloudybot.toml"
+
+
+BUILT_IN_PLUGINS = declared_settings(make_plugin_manager())
+# Every option the shipped file documents: the core's and the built-in plugins'.
+ALL_OPTIONS: list[Declared] = [*OPTIONS, *(item for group in BUILT_IN_PLUGINS
+                                           for item in declared(group.schema, group.name))]
+
+
+def load_settings(path: Path | None, env: dict[str, str]) -> Settings:
+    """Settings as ``cloudybot`` loads them: with the installed plugins' settings."""
+    return load_core_settings(path, env=env, plugins=BUILT_IN_PLUGINS)
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:
@@ -54,11 +63,15 @@ def test_defaults_match_spec() -> None:
     assert settings.port == 8080
     assert settings.data_dir == Path("./data")
     assert settings.llm_model == "gpt-4o-mini"
-    assert settings.llm_base_url == OPENAI_BASE_URL
+    assert settings.plugin(OpenAISettings).base_url == ""  # the provider then uses OpenAI's
 
 
-def test_defaults_match_the_settings_dataclass() -> None:
-    assert load_settings(None, env={}) == Settings()
+def test_defaults_match_the_settings_dataclasses() -> None:
+    settings = load_settings(None, env={})
+    assert load_core_settings(None, env={}) == Settings(llm_provider="offline")
+    assert settings.plugin(TelegramSettings) == TelegramSettings()
+    assert settings.plugin(SlackSettings) == SlackSettings()
+    assert settings.plugin(OpenAISettings) == OpenAISettings()
 
 
 def test_builtin_plans_match_spec() -> None:
@@ -76,20 +89,19 @@ def test_provider_defaults_to_offline() -> None:
 def test_provider_is_openai_when_base_url_is_set() -> None:
     settings = load_settings(None, env={"CLOUDYBOT_LLM_BASE_URL": "http://127.0.0.1:9/v1/"})
     assert settings.llm_provider == "openai"
-    assert settings.llm_base_url == "http://127.0.0.1:9/v1"
+    assert settings.plugin(OpenAISettings).base_url == "http://127.0.0.1:9/v1/"
 
 
 def test_provider_is_openai_when_openai_api_key_is_set() -> None:
     settings = load_settings(None, env={"OPENAI_API_KEY": "sk-from-openai-var"})
     assert settings.llm_provider == "openai"
-    assert settings.llm_api_key == "sk-from-openai-var"
-    assert settings.llm_base_url == OPENAI_BASE_URL
+    assert settings.plugin(OpenAISettings).api_key == "sk-from-openai-var"
 
 
 def test_cloudybot_api_key_wins_over_openai_api_key() -> None:
     settings = load_settings(None, env={"OPENAI_API_KEY": "sk-openai",
                                         "CLOUDYBOT_LLM_API_KEY": "sk-cloudybot"})
-    assert settings.llm_api_key == "sk-cloudybot"
+    assert settings.plugin(OpenAISettings).api_key == "sk-cloudybot"
 
 
 def test_explicit_provider_wins_over_the_guess() -> None:
@@ -144,10 +156,71 @@ def test_session_idle_minutes_accepts_fractions(value: str, minutes: float) -> N
     ("CLOUDYBOT_DATA_DIR", "/tmp/cloudy", "data_dir", Path("/tmp/cloudy")),
     ("CLOUDYBOT_PORT", "0", "port", 0),
     ("CLOUDYBOT_AUTO_PROVISION", "false", "auto_provision", False),
-    ("CLOUDYBOT_LLM_MAX_RETRIES", "0", "llm_max_retries", 0),
 ])
 def test_env_sets_each_option(variable: str, value: str, attr: str, expected: object) -> None:
     assert getattr(load_settings(None, env={variable: value}), attr) == expected
+
+
+@pytest.mark.parametrize(("variable", "value", "schema", "attr", "expected"), [
+    ("CLOUDYBOT_LLM_MAX_RETRIES", "0", OpenAISettings, "max_retries", 0),
+    ("CLOUDYBOT_LLM_TIMEOUT_SECONDS", "2.5", OpenAISettings, "timeout_seconds", 2.5),
+    ("CLOUDYBOT_TELEGRAM_GROUP_MODE", "ALL", TelegramSettings, "group_mode", "all"),
+    ("CLOUDYBOT_SLACK_API_BASE", "http://127.0.0.1:9/api/", SlackSettings, "api_base",
+     "http://127.0.0.1:9/api/"),
+])
+def test_env_sets_each_built_in_plugin_setting(variable: str, value: str, schema: type,
+                                               attr: str, expected: object) -> None:
+    settings = load_settings(None, env={variable: value})
+    assert getattr(settings.plugin(schema), attr) == expected
+
+
+def test_a_plugin_setting_comes_from_its_table_and_the_environment_wins(
+        tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+        [plugins.telegram]
+        group_mode = "all"
+        webhook_url = "https://bot.example/telegram/webhook"
+        """)
+    settings = load_settings(path, env={"CLOUDYBOT_TELEGRAM_GROUP_MODE": "mention"})
+    telegram = settings.plugin(TelegramSettings)
+    assert telegram.group_mode == "mention"
+    assert telegram.webhook_url == "https://bot.example/telegram/webhook"
+
+
+@pytest.mark.parametrize(("toml", "names"), [
+    ('[plugins.telegram]\ngroup_mod = "all"\n', ("plugins.telegram", "group_mod")),
+    ('[plugins.telegram]\ngroup_mode = "some"\n', ("group_mode",
+                                                   "CLOUDYBOT_TELEGRAM_GROUP_MODE")),
+    ('[plugins.telegam]\ntoken = "x"\n', ("plugins.telegam", "telegram")),
+    ('[plugins.openai]\nmax_retries = -1\n', ("max_retries", "CLOUDYBOT_LLM_MAX_RETRIES")),
+    ('[plugins]\ntelegram = 5\n', ("plugins.telegram", "table")),
+    ('[telegram]\ntoken = "x"\n', ("[telegram]", "[plugins.telegram]")),
+    ('[slack]\nbot_token = "x"\n', ("[slack]", "[plugins.slack]")),
+    ('[llm]\nbase_url = "http://x"\n', ("base_url", "[plugins.openai]")),
+])
+def test_a_bad_plugin_table_is_a_config_error_naming_it(tmp_path: Path, toml: str,
+                                                        names: tuple[str, ...]) -> None:
+    message = config_error(write_toml(tmp_path, toml))
+    for name in names:
+        assert name in message
+
+
+@pytest.mark.parametrize(("env", "names"), [
+    ({"CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": "has spaces"}, ("[plugins.telegram]",
+                                                           "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET")),
+    ({"CLOUDYBOT_SLACK_BOT_TOKEN": "xoxb-1"}, ("CLOUDYBOT_SLACK_SIGNING_SECRET",)),
+])
+def test_a_check_across_a_plugins_settings_is_a_config_error(env: dict[str, str],
+                                                             names: tuple[str, ...]) -> None:
+    message = config_error(**env)
+    for name in names:
+        assert name in message
+
+
+def test_a_bad_secret_value_is_named_but_never_shown(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "[plugins.openai]\napi_key = [1, 2]\n")
+    message = config_error(path)
+    assert "api_key" in message and "[1, 2]" not in message
 
 
 # --- bad values ----------------------------------------------------------------------------------
@@ -164,6 +237,7 @@ def test_env_sets_each_option(variable: str, value: str, attr: str, expected: ob
     ("CLOUDYBOT_PORT", "70000"),
     ("CLOUDYBOT_PORT", "-1"),
     ("CLOUDYBOT_LLM_TIMEOUT_SECONDS", "never"),
+    ("CLOUDYBOT_TELEGRAM_GROUP_MODE", "everyone"),
     ("CLOUDYBOT_AUTO_PROVISION", "maybe"),
 ])
 def test_bad_env_value_is_a_config_error_naming_the_variable(variable: str, value: str) -> None:
@@ -247,22 +321,30 @@ def _sections(text: str) -> dict[str, str]:
     return sections
 
 
-@pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.env)
-def test_shipped_config_documents_every_option(option: Option) -> None:
+def _table_of(document: dict[str, object], section: str) -> dict[str, object]:
+    table: object = document
+    for part in section.split("."):
+        table = table.get(part, {}) if isinstance(table, dict) else {}
+    return table if isinstance(table, dict) else {}
+
+
+@pytest.mark.parametrize("option", ALL_OPTIONS, ids=lambda option: option.variable)
+def test_shipped_config_documents_every_option(option: Declared) -> None:
     text = SHIPPED_CONFIG.read_text(encoding="utf-8")
     document = tomllib.loads(text)
-    assert option.key in document.get(option.section, {}), (
+    assert option.key in _table_of(document, option.section), (
         f"[{option.section}] {option.key} is missing")
     comments = [line for line in _sections(text)[option.section].splitlines()
                 if line.lstrip().startswith("#")]
-    assert any(option.env in line for line in comments), (
-        f"no comment in [{option.section}] names {option.env}")
+    assert any(option.variable in line for line in comments), (
+        f"no comment in [{option.section}] names {option.variable}")
 
 
-def test_shipped_config_holds_no_secret_values() -> None:
+@pytest.mark.parametrize("option", [option for option in ALL_OPTIONS if option.secret],
+                         ids=lambda option: option.variable)
+def test_shipped_config_holds_no_secret_values(option: Declared) -> None:
     document = tomllib.loads(SHIPPED_CONFIG.read_text(encoding="utf-8"))
-    assert document["llm"]["api_key"] == ""
-    assert document["storage"]["secret_key"] == ""
+    assert _table_of(document, option.section)[option.key] == ""
 
 
 # --- plans and prices ----------------------------------------------------------------------------

@@ -74,6 +74,11 @@ def test_every_hookspec_is_implemented_by_some_test(name: str) -> None:
 
 
 # --- entry points --------------------------------------------------------------------------------
+async def described(pm: PluginManager) -> list[Any]:
+    """``describe_plugins`` of a gateway (built, not started) with ``pm``'s plugins."""
+    return await describe_plugins(Gateway(load_settings(None, env={}), pm))
+
+
 def test_builtins_are_declared_as_entry_points() -> None:
     declared = {ep.name: ep for ep in importlib.metadata.entry_points(group="cloudybot")}
     for name, module in BUILT_INS.items():
@@ -82,9 +87,9 @@ def test_builtins_are_declared_as_entry_points() -> None:
         assert declared[name].dist is not None and declared[name].dist.name == "cloudybot"
 
 
-def test_builtins_load_through_entry_points_with_their_distribution() -> None:
+async def test_builtins_load_through_entry_points_with_their_distribution() -> None:
     version = importlib.metadata.version("cloudybot")
-    infos = {info.name: info for info in describe_plugins(make_plugin_manager())}
+    infos = {info.name: info for info in await described(make_plugin_manager())}
     for name, module in BUILT_INS.items():
         assert infos[name].module == module
         assert infos[name].distribution == f"cloudybot {version}"
@@ -93,19 +98,20 @@ def test_builtins_load_through_entry_points_with_their_distribution() -> None:
     assert "register_providers" in infos["openai"].hooks
 
 
-def test_without_entry_points_no_builtin_is_loaded() -> None:
-    names = {info.name for info in describe_plugins(make_plugin_manager(load_entry_points=False))}
+async def test_without_entry_points_no_builtin_is_loaded() -> None:
+    pm = make_plugin_manager(load_entry_points=False)
+    names = {info.name for info in await described(pm)}
     assert not names & set(BUILT_INS)
 
 
-def test_plugin_registered_in_code_is_described_as_such(pm: PluginManager) -> None:
+async def test_plugin_registered_in_code_is_described_as_such(pm: PluginManager) -> None:
     class Observer:
         @hookimpl
         def turn_completed(self, reply: str) -> None:
             pass
 
     pm.register(Observer(), name="observer")
-    info = {info.name: info for info in describe_plugins(pm)}["observer"]
+    info = {info.name: info for info in await described(pm)}["observer"]
     assert "cloudybot" not in info.distribution  # no distribution claimed for it
     assert info.hooks == ("turn_completed",)
 
@@ -146,7 +152,7 @@ def load_failures(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.L
     return [r for r in caplog.records if r.levelno >= logging.ERROR and name in r.getMessage()]
 
 
-def test_broken_entry_point_is_logged_and_skipped(
+async def test_broken_entry_point_is_logged_and_skipped(
         site_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     install_distribution(site_dir, "cloudybot-fakeplug", {
         "fake_good": GOOD_PLUGIN,
@@ -157,7 +163,7 @@ def test_broken_entry_point_is_logged_and_skipped(
 
     assert pm.get_plugin("fake_broken") is None
     assert pm.get_plugin("fake_good") is not None
-    infos = {info.name: info for info in describe_plugins(pm)}
+    infos = {info.name: info for info in await described(pm)}
     assert infos["fake_good"].distribution == "cloudybot-fakeplug 1.0"
     assert infos["fake_good"].hooks == ("turn_completed",)
     assert set(BUILT_INS) <= set(infos)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -12,25 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import OPTIONS
 from gateway.prompt import ROTATION_HINT
 from gateway.sessions import SessionStore, read_events
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, cli_env
 
 StartGateway = Callable[..., Awaitable[Harness]]
 Turns = tuple[Harness, dict[str, str]]  # a gateway that ran turns, and alice's auth header
 CLI_TIMEOUT_SECONDS = 60
 
 
-def cli_env(data_dir: Path) -> dict[str, str]:
-    """The caller's environment without any gateway setting, on ``data_dir``."""
-    ours = {option.env for option in OPTIONS} | {"OPENAI_API_KEY", "CLOUDYBOT_CONFIG"}
-    env = {name: value for name, value in os.environ.items()
-           if name not in ours and not name.startswith("CLOUDYBOT_")}
-    env["CLOUDYBOT_DATA_DIR"] = str(data_dir)
-    return env
 
 
 async def sessions_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

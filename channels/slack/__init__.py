@@ -3,16 +3,40 @@ without Slack does not carry it in memory."""
 
 from __future__ import annotations
 
-from gateway import Channel, Gateway, hookimpl
-from gateway.interfaces import ReservedChannel
+from dataclasses import dataclass
+
+from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, options, setting
 
 NAME = "slack"
+
+
+@dataclass(frozen=True)
+class SlackSettings:
+    """``[plugins.slack]`` and ``CLOUDYBOT_SLACK_*``."""
+
+    bot_token: str = setting("", "xoxb- bot token; empty: the Slack channel is off",
+                             secret=True)
+    signing_secret: str = setting("", "signing secret that verifies POST /slack/events",
+                                  secret=True)
+    api_base: str = setting("https://slack.com/api/", "Web API base URL, ending in / "
+                            "(AsyncWebClient)", parse=options.name)
+
+    def __post_init__(self) -> None:
+        if self.bot_token and not self.signing_secret:
+            raise ValueError("CLOUDYBOT_SLACK_SIGNING_SECRET is required with "
+                             "CLOUDYBOT_SLACK_BOT_TOKEN: Slack requests must be verified")
+
+
+@hookimpl
+def plugin_settings() -> PluginSettings:
+    """Declare the Slack channel's settings."""
+    return PluginSettings(NAME, SlackSettings)
 
 
 @hookimpl
 def register_channels(gateway: Gateway) -> list[Channel]:
     """Register the Slack channel (a reserved name only, without a bot token)."""
-    if not gateway.settings.slack_bot_token:
+    if not gateway.settings.plugin(SlackSettings).bot_token:
         return [ReservedChannel(NAME)]
     from .adapter import SlackChannel
 

@@ -52,11 +52,11 @@ from gateway.interfaces import Attachment, Image
 from gateway.logs import redact_in_logs
 from gateway.text import split_text
 
+from . import NAME, SlackSettings
 from .mrkdwn import escape, from_slack, to_mrkdwn
 
 log = logging.getLogger(__name__)
 
-NAME = "slack"
 MAX_CHARS = 3900  # Slack truncates message text past 40,000; keep replies readable
 # message subtypes that still carry a user's words; every other subtype (edits, joins...) is not
 ANSWERED_SUBTYPES: frozenset[str] = frozenset({"file_share", "thread_broadcast"})
@@ -103,25 +103,25 @@ class SlackChannel(Channel):
     name = NAME
 
     def __init__(self, gateway: Gateway) -> None:
-        settings = gateway.settings
+        settings = gateway.settings.plugin(SlackSettings)
         self.gateway = gateway
         self.bolt: AsyncApp | None = None
         self.verifier: SignatureVerifier | None = None
         self.command_ack_seconds = COMMAND_ACK_SECONDS
-        self._token = settings.slack_bot_token
+        self._token = settings.bot_token
         if TOKEN_FORMAT.fullmatch(self._token):  # only a real token: masking "x" mangles logs
             redact_in_logs(self._token)
-        if len(settings.slack_signing_secret) >= 16:  # Slack's are 32 hex digits
-            redact_in_logs(settings.slack_signing_secret)
+        if len(settings.signing_secret) >= 16:  # Slack's are 32 hex digits
+            redact_in_logs(settings.signing_secret)
         # Pictures are downloaded only from Slack's file host (or the configured API's host).
-        self._file_hosts = {FILE_HOST, urlparse(settings.slack_api_base).hostname or ""}
+        self._file_hosts = {FILE_HOST, urlparse(settings.api_base).hostname or ""}
         self._downloads: aiohttp.ClientSession | None = None
-        if settings.slack_bot_token:
-            self.verifier = SignatureVerifier(settings.slack_signing_secret)
-            client = AsyncWebClient(token=settings.slack_bot_token,
-                                    base_url=settings.slack_api_base)
+        if settings.bot_token:
+            self.verifier = SignatureVerifier(settings.signing_secret)
+            client = AsyncWebClient(token=settings.bot_token,
+                                    base_url=settings.api_base)
             client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-            self.bolt = AsyncApp(client=client, signing_secret=settings.slack_signing_secret,
+            self.bolt = AsyncApp(client=client, signing_secret=settings.signing_secret,
                                  process_before_response=True)
             self.bolt.event("message")(self._on_message)
             self.bolt.event("app_mention")(self._on_mention)

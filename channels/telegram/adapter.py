@@ -59,7 +59,7 @@ from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessa
 from gateway.interfaces import Attachment, Image
 from gateway.logs import redact_in_logs
 
-from . import NAME, render
+from . import NAME, TelegramSettings, render
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +154,13 @@ class TelegramChannel(Channel):
     name = NAME
 
     def __init__(self, gateway: Gateway) -> None:
-        settings = gateway.settings
+        settings = gateway.settings.plugin(TelegramSettings)
         self.gateway = gateway
-        self.token = settings.telegram_token
-        self.secret = settings.telegram_webhook_secret
-        self.webhook_url = settings.telegram_webhook_url
-        self.group_mode = settings.telegram_group_mode
-        self.api_base = settings.telegram_api_base
+        self.token = settings.token
+        self.secret = settings.webhook_secret
+        self.webhook_url = settings.webhook_url
+        self.group_mode = settings.group_mode
+        self.api_base = settings.api_base
         self.bot: ExtBot[int] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._drafts = itertools.count(1)  # draft ids: any non-zero number, animated per id

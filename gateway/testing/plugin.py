@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..app import build_app
 from ..config import Settings, load_settings
 from ..gateway import Gateway
 from ..hookspecs import hookimpl
-from ..plugins import make_plugin_manager
+from ..plugins import declared_settings, make_plugin_manager
 from ..store import Delivery
 from .fake_llm import FakeLLM
 
@@ -83,15 +83,20 @@ async def cloudybot_fake_llm() -> AsyncIterator[FakeLLM]:
 @pytest.fixture
 def cloudybot_start(cloudybot_fake_llm: FakeLLM, aiohttp_client: Any,
                     tmp_path: Path) -> Callable[..., Awaitable[GatewayHarness]]:
-    """Start a gateway with all installed plugins; keyword arguments override settings."""
-    async def start(**overrides: Any) -> GatewayHarness:
+    """Start a gateway with all installed plugins, talking to the fake LLM.
+
+    ``env``: variables read as the gateway reads the environment (your plugin's
+    ``CLOUDYBOT_{NAME}_{KEY}`` settings, say); other keyword arguments override core settings
+    by field name (``summarize_at=4``)."""
+    async def start(env: Mapping[str, str] | None = None, **overrides: Any) -> GatewayHarness:
+        pm = make_plugin_manager()
         base: Settings = load_settings(None, env={
             "CLOUDYBOT_DATA_DIR": str(tmp_path / "cloudybot-data"),
             "CLOUDYBOT_LLM_BASE_URL": cloudybot_fake_llm.url,
             "CLOUDYBOT_LLM_API_KEY": "sk-test",
             "CLOUDYBOT_LLM_MODEL": "fake-model",
-        })
-        pm = make_plugin_manager()
+            **(env or {}),
+        }, plugins=declared_settings(pm))
         recorder = ReplyRecorder()
         pm.register(recorder, name="cloudybot-test-recorder")
         gateway = Gateway(dataclasses.replace(base, **overrides), pm)

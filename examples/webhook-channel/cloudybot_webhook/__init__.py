@@ -5,16 +5,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from gateway import Channel, Gateway, hookimpl
+from gateway import Channel, Gateway, PluginSettings, hookimpl, setting
 from gateway.errors import BadRequest, Unauthorized
 from gateway.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
 
@@ -45,17 +45,29 @@ def _identifier(payload: dict[str, Any], field: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class WebhookSettings:
+    """``[plugins.webhook]`` in the TOML file, or ``CLOUDYBOT_WEBHOOK_*`` variables."""
+
+    secret: str = setting("", "shared secret that signs requests both ways (HMAC-SHA256)",
+                          secret=True)
+    callback_url: str = setting("", "where replies are POSTed")
+
+    def __post_init__(self) -> None:
+        if self.callback_url and not self.callback_url.startswith(("http://", "https://")):
+            raise ValueError("callback_url must be an http:// or https:// URL")
+
+
 class WebhookChannel(Channel):
     """Inbound on ``POST /webhook/messages``; replies POSTed to the callback URL."""
 
     name = NAME
 
     def __init__(self, gateway: Gateway) -> None:
-        table = gateway.settings.plugin_config.get(NAME, {})
+        settings = gateway.settings.plugin(WebhookSettings)
         self.gateway = gateway
-        self.secret = os.environ.get("CLOUDYBOT_WEBHOOK_SECRET") or str(table.get("secret", ""))
-        self.callback_url = (os.environ.get("CLOUDYBOT_WEBHOOK_CALLBACK_URL")
-                             or str(table.get("callback_url", "")))
+        self.secret = settings.secret
+        self.callback_url = settings.callback_url
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -121,6 +133,12 @@ class WebhookChannel(Channel):
             if 400 <= answer.status < 500:
                 raise DeliveryFailed(f"callback answered {answer.status}")
             answer.raise_for_status()  # 5xx: the outbox retries with backoff
+
+
+@hookimpl
+def plugin_settings() -> PluginSettings:
+    """Declare the channel's settings."""
+    return PluginSettings(NAME, WebhookSettings)
 
 
 @hookimpl

@@ -62,11 +62,10 @@ async def callback() -> AsyncIterator[Callback]:
 
 
 @pytest.fixture
-async def harness(monkeypatch: pytest.MonkeyPatch, callback: Callback,
+async def harness(callback: Callback,
                   cloudybot_start: Callable[..., Awaitable[GatewayHarness]]) -> GatewayHarness:
-    monkeypatch.setenv("CLOUDYBOT_WEBHOOK_SECRET", SECRET)
-    monkeypatch.setenv("CLOUDYBOT_WEBHOOK_CALLBACK_URL", callback.url)
-    return await cloudybot_start()
+    return await cloudybot_start(env={"CLOUDYBOT_WEBHOOK_SECRET": SECRET,
+                                      "CLOUDYBOT_WEBHOOK_CALLBACK_URL": callback.url})
 
 
 def inbound(message_id: str, text: str, conversation: str = "ticket-42") -> bytes:
