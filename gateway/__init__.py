@@ -1,42 +1,90 @@
 """CloudyBot gateway: one memory and prompt core for every chat channel.
 
-What plugins import: ``hookimpl``, the interfaces they implement or receive, and the means
-to declare their settings (``PluginSettings``, ``setting`` and the parsers in ``options``).
+Everything a plugin needs is importable from here: ``hookimpl``; the interfaces it implements
+or receives (channels, providers, tools, commands, prompt sections); the channel kit's
+messages and delivery outcomes; the errors that become JSON errors (each has its HTTP status
+and ``code``); the means to declare settings (``PluginSettings``, ``setting`` and the parsers
+in ``options``); and a few helpers channels share. ``gateway.testing`` is the pytest kit.
 """
 
 from __future__ import annotations
 
 from . import options
-from .errors import GatewayError, ProviderError, ProviderTimeout
+from .commands import ChatCommand, CommandContext, slash_command
+from .errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    GatewayError,
+    NotFound,
+    PayloadTooLarge,
+    PluginError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+)
 from .gateway import Gateway
 from .hookspecs import hookimpl
+from .inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
 from .interfaces import (
+    Attachment,
     Channel,
     Completion,
     CompletionRequest,
+    Image,
     PromptSection,
     Provider,
     ReservedChannel,
     TurnContext,
 )
+from .logs import redact_in_logs
 from .options import PluginSettings, setting
 from .store import ThreadRef
+from .text import split_text
+from .tools import Tool, ToolCall, ToolContext
 
 __all__ = [
+    "Attachment",
+    "BadRequest",
     "Channel",
+    "ChatCommand",
+    "Command",
+    "CommandContext",
     "Completion",
     "CompletionRequest",
+    "ConfigError",
+    "Conflict",
+    "DeliveryFailed",
+    "DeliveryRetry",
+    "Forbidden",
     "Gateway",
     "GatewayError",
+    "Image",
+    "InboundMessage",
+    "NotFound",
+    "PayloadTooLarge",
+    "PluginError",
     "PluginSettings",
     "PromptSection",
     "Provider",
     "ProviderError",
     "ProviderTimeout",
+    "RateLimited",
     "ReservedChannel",
     "ThreadRef",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
     "TurnContext",
+    "Unauthorized",
+    "Unavailable",
     "hookimpl",
     "options",
+    "redact_in_logs",
     "setting",
+    "slash_command",
+    "split_text",
 ]

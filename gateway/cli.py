@@ -1,5 +1,5 @@
 """The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, deliveries,
-sessions list|show|rotate, plugins."""
+sessions list|show|rotate, plugins, new-plugin."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .errors import ConfigError, GatewayError
 from .gateway import Gateway
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
 from .retention import PurgeReport, purge
+from .scaffold import write_plugin
 from .sessions import SessionStore, read_events
 from .store import Delivery, ExpiredThread
 from .store.sqlite import SQLiteStore
@@ -257,6 +258,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    """Write a channel plugin package to start from (its tests pass as written)."""
+    folder = write_plugin(args.name, Path(args.dir))
+    print(f"wrote {folder}: pip install -e '{folder}[test]', then pytest in it")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     common = argparse.ArgumentParser(add_help=False)
@@ -321,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
     plugins.set_defaults(handler=cmd_plugins)
+    scaffold = commands.add_parser("new-plugin",
+                                   help="write a channel plugin package to start from")
+    scaffold.add_argument("name", help="the channel's name: a-z, then a-z 0-9 _")
+    scaffold.add_argument("--dir", default=".", help="where to write cloudybot-NAME/")
+    scaffold.set_defaults(handler=cmd_new_plugin)
     return parser
 
 

@@ -1,71 +1,106 @@
-"""Chat commands every channel offers: start/help, new, remember, forget, memory, usage.
+"""Chat commands: what ``/name args`` does on every channel, registered through a hook.
 
-Telegram spells them ``/remember KEY VALUE``; Slack ``/cloudybot remember KEY VALUE``. The
-answers are plain text; nothing here calls the LLM or costs credits.
+Each channel spells a command its own way (Telegram ``/remember KEY VALUE``, Slack
+``/cloudybot remember KEY VALUE``, the HTTP API's composer ``/remember KEY VALUE``) and hands
+it to the channel kit as a :class:`~gateway.inbound.Command`; :func:`run_command` finds the
+:class:`ChatCommand` a plugin registered under that name (``register_commands``) and runs it.
+The built-in ones (``plugins/commands.py``) register exactly like a third party's. A command
+answers in plain text; it calls no LLM and costs no credits.
 """
 
 from __future__ import annotations
 
-from contextlib import suppress
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import validation
-from .errors import BadRequest, NotFound
-from .secrets import refuse_saved_passwords
+from .errors import PluginError
 
 if TYPE_CHECKING:
     from .gateway import Gateway
     from .inbound import Command
     from .store import ThreadRef, User
 
-HELP = """I'm CloudyBot. Just write to me; I remember this conversation.
-Commands:
-  new — start a fresh conversation (pinned facts stay)
-  remember KEY VALUE — pin a fact I always keep in mind here
-  forget KEY — unpin a fact
-  memory — list the pinned facts
-  usage — your plan and remaining credits"""
+# Telegram's rule for a bot command, which every channel can then spell.
+COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+SLASH = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
+INTRO = "I'm CloudyBot. Just write to me; I remember this conversation.\nCommands:"
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What a command runs against: the gateway, the sender's account, the conversation's
+    thread (owned by whoever started it) and what followed the command's name."""
+
+    gateway: Gateway
+    user: User
+    ref: ThreadRef
+    argument: str
+
+
+@dataclass(frozen=True)
+class ChatCommand:
+    """A command a plugin offers (``register_commands``).
+
+    :param name: lowercase ``[a-z0-9_]``, at most 32 characters (Telegram's rule).
+    :param usage: how it is written after its name, for the help text (``"KEY VALUE"``).
+    :param help: one line on what it does.
+    :param run: awaited with a :class:`CommandContext`; returns the answer's text.
+    :param per_conversation: it acts on the conversation it is sent in (pinned facts, a
+        fresh start), so a channel where a command is not sent in a conversation (Slack's
+        slash commands in a channel) refuses it.
+    :param aliases: other names that run it (``start`` for ``help``).
+    """
+
+    name: str
+    usage: str
+    help: str
+    run: Callable[[CommandContext], Awaitable[str]]
+    per_conversation: bool = False
+    aliases: tuple[str, ...] = ()
+
+
+def index_commands(commands: Iterable[ChatCommand]) -> dict[str, ChatCommand]:
+    """Commands by every name they answer to; a bad or taken name is a plugin error."""
+    index: dict[str, ChatCommand] = {}
+    for command in commands:
+        if not isinstance(command, ChatCommand):
+            raise PluginError(f"register_commands returned {type(command).__name__}, "
+                              "not a ChatCommand")
+        for name in (command.name, *command.aliases):
+            if not COMMAND_NAME.fullmatch(name):
+                raise PluginError(f"command name {name!r} is not 1-32 of a-z 0-9 _")
+            if name in index:
+                raise PluginError(f"two commands are named {name!r}")
+            index[name] = command
+    return index
+
+
+def help_text(commands: Mapping[str, ChatCommand]) -> str:
+    """Every command, once, with its usage and help line."""
+    listed = {command.name: command for command in commands.values()}
+    lines = [f"  {name}{' ' + command.usage if command.usage else ''} — {command.help}"
+             for name, command in sorted(listed.items())]
+    return "\n".join([INTRO, *lines])
+
+
+def slash_command(text: str, commands: Mapping[str, ChatCommand]) -> Command | None:
+    """``/name args`` as a command when ``name`` is registered (any case); None otherwise,
+    so that a message such as ``/etc/hosts is missing`` stays a message."""
+    from .inbound import Command
+
+    match = SLASH.fullmatch(text.strip())
+    if match is None or match.group(1).lower() not in commands:
+        return None
+    return Command(match.group(1).lower(), (match.group(2) or "").strip())
 
 
 async def run_command(gateway: Gateway, command: Command, user: User, ref: ThreadRef) -> str:
-    """Run ``command`` for ``user`` in the conversation ``ref``; return the answer text."""
-    name = command.name.lower()
-    argument = command.argument.strip()
-    if name in ("start", "help", ""):
-        return HELP
-    if name == "new":
-        with suppress(NotFound):  # nothing to clear yet
-            await gateway.clear_thread(ref)
-        return "Started a new conversation. Pinned facts are kept; use forget to drop one."
-    if name == "remember":
-        key, _, value = argument.partition(" ")
-        if not key or not value.strip():
-            return "Usage: remember KEY VALUE — for example: remember name Ada"
-        try:
-            validation.memory_key(key)
-            validation.memory_value(value.strip())
-            await refuse_saved_passwords(gateway.store, gateway.secret_box, user.user_id,
-                                         {"key": key, "value": value.strip()})
-            await gateway.store.put_pinned(ref, key, value.strip(),
-                                           gateway.settings.max_pinned_keys)
-        except BadRequest as exc:
-            return f"I can't pin that: {exc.message}."
-        return f"Pinned {key}."
-    if name == "forget":
-        if not argument:
-            return "Usage: forget KEY"
-        remaining = await gateway.store.get_pinned(ref)
-        if argument not in remaining:
-            return f"Nothing is pinned under {argument}."
-        await gateway.store.delete_pinned(ref, argument)
-        return f"Forgot {argument}."
-    if name == "memory":
-        pinned = await gateway.store.get_pinned(ref)
-        if not pinned:
-            return "Nothing is pinned in this conversation. Use: remember KEY VALUE"
-        return "Pinned facts:\n" + "\n".join(f"• {k}: {v}" for k, v in pinned.items())
-    if name == "usage":
-        fresh = await gateway.current_user(await gateway.store.get_user(user.user_id) or user)
-        return (f"Plan: {fresh.plan}. AI credits left: {fresh.credits}. "
-                f"Browser minutes: {fresh.browser_minutes}.")
-    return f"Unknown command {command.name!r}.\n\n{HELP}"
+    """Run ``command`` for ``user`` in the conversation ``ref``; return the answer text (the
+    help, after a line saying so, for a name nobody registered)."""
+    name = command.name.lower() or "help"
+    found = gateway.commands.get(name)
+    if found is None:
+        return f"Unknown command {command.name!r}.\n\n{help_text(gateway.commands)}"
+    return await found.run(CommandContext(gateway, user, ref, command.argument.strip()))

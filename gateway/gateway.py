@@ -13,6 +13,7 @@ from typing import Any
 
 from . import agent, hooks, retention, validation
 from .billing import CreditGuard, RateLimiter, period_of, worst_case
+from .commands import ChatCommand, index_commands
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
 from .inbound import InboundMessage, Inbox
@@ -72,6 +73,7 @@ class Gateway:
         self._providers: dict[str, Provider] | None = None
         self.channels: dict[str, Channel] = {}
         self.tools: dict[str, Tool] = {}
+        self.commands: dict[str, ChatCommand] = {}  # by every name each answers to
         self.tool_schemas: list[dict[str, Any]] = []
         self.tool_schema_tokens = 0
         self.counter: TokenCounter
@@ -96,6 +98,8 @@ class Gateway:
             if tool.name in self.tools:
                 raise PluginError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
+        self.commands = index_commands(
+            await hooks.collect(self.pm.hook.register_commands, gateway=self))
         self._providers = providers
 
     async def start(self) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from .commands import ChatCommand
     from .gateway import Gateway
     from .interfaces import Channel, PromptSection, Provider, TurnContext
     from .options import PluginSettings
@@ -77,6 +78,21 @@ def register_tools(gateway: Gateway) -> list[Tool]:
     :return: :class:`gateway.tools.Tool` instances; their schemas go to the provider with every
         chat call, and ``run(arguments, context)`` is awaited when the model calls them. An
         exception or a timeout becomes an error result the model reads. Names must be unique.
+    """
+
+
+# --- chat commands -----------------------------------------------------------------------
+@hookspec
+def register_commands(gateway: Gateway) -> list[ChatCommand]:
+    """Return the chat commands this plugin offers.
+
+    :param gateway: the running gateway.
+    :return: :class:`gateway.ChatCommand` instances. Every channel routes ``/name args`` (in
+        its own spelling) to the command registered under ``name``, and ``/chat`` does for a
+        message that starts with one; the command's ``run`` gets a
+        :class:`gateway.CommandContext` and returns the answer's text (no LLM call, no
+        credits). Names are 1-32 of ``a-z 0-9 _``; two commands with one name are a
+        start-up error.
     """
 
 

@@ -41,6 +41,18 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.distributions: dict[str, str] = {}
 
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        """pluggy's options for a hook implementation; a wrapper is refused here, at
+        registration: the gateway calls every implementation itself (to await async ones,
+        see :mod:`gateway.hooks`), so a wrapper could never wrap anything."""
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None and (opts.get("wrapper") or opts.get("hookwrapper")):
+            owner = getattr(plugin, "__name__", type(plugin).__name__)
+            raise PluginError(f"{owner}.{name} is a hook wrapper; cloudybot calls every "
+                              "implementation itself and cannot run wrappers: implement the "
+                              "hook plainly (tryfirst/trylast set the order)")
+        return opts
+
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
     """A plugin manager with the hook specs, and (by default) every installed plugin loaded.

@@ -36,7 +36,7 @@ StartGateway = Callable[..., Awaitable[Harness]]
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BUILT_INS = {"dashboard": "channels.dashboard", "offline": "plugins.offline",
-             "openai": "plugins.openai"}
+             "openai": "plugins.openai", "commands": "plugins.commands"}
 
 
 def hook_specs() -> dict[str, Callable[..., object]]:
@@ -634,3 +634,42 @@ async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(
     assert {"dashboard", "pigeon"} <= set(harness.gateway.channels)
     await harness.client.close()
     assert events == ["start", "stop"]
+
+
+# --- the public surface ------------------------------------------------------------------------
+CHANNEL_PLUGIN_SOURCES = [*sorted((ROOT / "examples").glob("*/*/__init__.py")),
+                          *sorted((ROOT / "channels" / "telegram").glob("*.py")),
+                          *sorted((ROOT / "channels" / "slack").glob("*.py"))]
+
+
+@pytest.mark.parametrize("path", CHANNEL_PLUGIN_SOURCES,
+                         ids=lambda path: str(path.relative_to(ROOT)))
+def test_channel_plugins_import_only_the_gateway_package_itself(path: Path) -> None:
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    deep = [node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.startswith("gateway.")]
+    assert deep == [], f"{path.name} reaches inside the gateway package: {deep}"
+
+
+def test_everything_public_is_importable_from_gateway() -> None:
+    import gateway
+
+    for name in gateway.__all__:
+        assert getattr(gateway, name) is not None, name
+
+
+@pytest.mark.parametrize("marker", [hookimpl(wrapper=True), hookimpl(hookwrapper=True)],
+                         ids=["wrapper", "hookwrapper"])
+def test_a_hook_wrapper_is_refused_at_registration_with_a_clear_error(
+        pm: PluginManager, marker: Any) -> None:
+    class Wrapping:
+        @marker
+        def turn_completed(self, reply: str) -> Iterator[None]:
+            yield
+
+    with pytest.raises(PluginError, match="turn_completed is a hook wrapper"):
+        pm.register(Wrapping(), name="wrapping")
+    assert pm.get_plugin("wrapping") is None

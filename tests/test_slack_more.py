@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.commands import HELP
+from gateway.commands import help_text
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
 from tests.fakes.slack import (
@@ -161,7 +161,8 @@ async def test_slash_command_without_a_subcommand_gives_help(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM, text: str) -> None:
     response = await post_command(slack, text, f"trigger-help-{len(text)}")
     assert response.status == 200
-    assert await response.text() == HELP  # answered in the ack, shown to the user only
+    # answered in the ack, shown to the user only
+    assert await response.text() == help_text(slack.gateway.commands)
     assert fake_slack.calls_to("chat.postEphemeral") == []
     assert fake_llm.requests == []
 

@@ -45,12 +45,23 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway import Channel, Gateway
-from gateway.errors import BadRequest, ConfigError, NotFound, Unauthorized, Unavailable
-from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
-from gateway.interfaces import Attachment, Image
-from gateway.logs import redact_in_logs
-from gateway.text import split_text
+from gateway import (
+    Attachment,
+    BadRequest,
+    Channel,
+    Command,
+    ConfigError,
+    DeliveryFailed,
+    DeliveryRetry,
+    Gateway,
+    Image,
+    InboundMessage,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    redact_in_logs,
+    split_text,
+)
 
 from . import NAME, SlackSettings
 from .mrkdwn import escape, from_slack, to_mrkdwn
@@ -60,12 +71,11 @@ log = logging.getLogger(__name__)
 MAX_CHARS = 3900  # Slack truncates message text past 40,000; keep replies readable
 # message subtypes that still carry a user's words; every other subtype (edits, joins...) is not
 ANSWERED_SUBTYPES: frozenset[str] = frozenset({"file_share", "thread_broadcast"})
-# Slash commands that act on a conversation: in a channel the conversations are threads,
-# which a slash command cannot name.
-THREAD_COMMANDS = frozenset({"new", "remember", "forget", "memory"})
+# A slash command that acts on a conversation (per_conversation) cannot in a channel: there
+# the conversations are threads, which a slash command cannot name.
 IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to talk there. "
-                "Use /cloudybot new, remember, forget and memory in a DM with me; "
-                "/cloudybot usage works anywhere.")
+                "Use /cloudybot {name} in a DM with me; /cloudybot help lists what works "
+                "anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
 # Posted replies: no link or media previews (see send), no name linking.
 UNLINKED: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False, "link_names": False}
@@ -221,8 +231,9 @@ class SlackChannel(Channel):
             return
         name, _, argument = from_slack(command.get("text") or "").partition(" ")
         name = name.lower() or "help"
-        if not channel.startswith("D") and name in THREAD_COMMANDS:
-            await ack(IN_A_CHANNEL)
+        found = self.gateway.commands.get(name)
+        if not channel.startswith("D") and found is not None and found.per_conversation:
+            await ack(IN_A_CHANNEL.format(name=name))
             return
 
         task = self.gateway.spawn(self.gateway.inbox.answer_inline(InboundMessage(

@@ -53,17 +53,26 @@ from telegram.error import Forbidden as TelegramForbidden
 from telegram.ext import AIORateLimiter, ExtBot
 from telegram.warnings import PTBDeprecationWarning
 
-from gateway import Channel, Gateway
-from gateway.errors import BadRequest, ConfigError, Forbidden, Unavailable
-from gateway.inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
-from gateway.interfaces import Attachment, Image
-from gateway.logs import redact_in_logs
+from gateway import (
+    Attachment,
+    BadRequest,
+    Channel,
+    Command,
+    ConfigError,
+    DeliveryFailed,
+    DeliveryRetry,
+    Forbidden,
+    Gateway,
+    Image,
+    InboundMessage,
+    Unavailable,
+    redact_in_logs,
+)
 
 from . import NAME, TelegramSettings, render
 
 log = logging.getLogger(__name__)
 
-COMMANDS = frozenset({"start", "help", "new", "remember", "forget", "memory", "usage"})
 TEXT_ONLY = ("I can only read text for now — send me your question as a message "
              "(photos and documents with a caption work too).")
 ALLOWED_UPDATES = ["message", "edited_message"]
@@ -345,7 +354,7 @@ class TelegramChannel(Channel):
             name, _, addressee = word.group(1).partition("@")
             if addressee and addressee.lower() != username.lower():
                 return None  # a command for another bot
-            if name.lower() in COMMANDS:
+            if name.lower() in self.gateway.commands:
                 command, addressed = Command(name.lower(), text[word.end():].strip()), True
                 start = len(text)
             elif addressee:  # /ask@thisbot why? -> chat about "why?"

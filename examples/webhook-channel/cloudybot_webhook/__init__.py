@@ -14,9 +14,18 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway import Channel, Gateway, PluginSettings, hookimpl, setting
-from gateway.errors import BadRequest, Unauthorized
-from gateway.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway import (
+    BadRequest,
+    Channel,
+    DeliveryFailed,
+    DeliveryRetry,
+    Gateway,
+    InboundMessage,
+    PluginSettings,
+    Unauthorized,
+    hookimpl,
+    setting,
+)
 
 NAME = "webhook"
 MAX_SKEW_SECONDS = 300
