@@ -15,13 +15,13 @@ from gateway.app import build_app
 from gateway.config import Settings, load_settings
 from gateway.plugins import PluginManager, declared_settings, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
+from gateway.testing.slack import TOKEN as SLACK_TOKEN
+from gateway.testing.slack import FakeSlack
+from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
+from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
+from gateway.testing.telegram import FakeTelegramChats
 from tests.fakes.loop import LoopChannel
-from tests.fakes.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
-from tests.fakes.slack import TOKEN as SLACK_TOKEN
-from tests.fakes.slack import FakeSlack
-from tests.fakes.telegram import SECRET as TELEGRAM_SECRET
-from tests.fakes.telegram import TOKEN as TELEGRAM_TOKEN
-from tests.fakes.telegram import FakeTelegramChats
 from tests.helpers import Clock
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
@@ -156,7 +156,7 @@ async def harness(start_gateway: Callable[..., Awaitable[Harness]]) -> Harness:
 # --- channels: the real python-telegram-bot and slack-bolt against loopback fakes -------------
 @pytest.fixture
 async def fake_telegram() -> AsyncIterator[FakeTelegramChats]:
-    """A fake Bot API on 127.0.0.1 (see tests/fakes/telegram.py)."""
+    """A fake Bot API on 127.0.0.1 (see gateway/testing/telegram.py)."""
     server = FakeTelegramChats(TELEGRAM_TOKEN)
     await server.start()
     yield server
@@ -184,7 +184,7 @@ async def tg(start_telegram: Callable[..., Awaitable[Harness]]) -> Harness:
 
 @pytest.fixture
 async def fake_slack() -> AsyncIterator[FakeSlack]:
-    """A fake Slack Web API on 127.0.0.1 (see tests/fakes/slack.py)."""
+    """A fake Slack Web API on 127.0.0.1 (see gateway/testing/slack.py)."""
     server = FakeSlack(SLACK_TOKEN)
     await server.start()
     yield server

@@ -13,10 +13,10 @@ import pytest
 from gateway.config import DEFAULT_PLANS, Plan
 from gateway.store import InboxEntry
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.slack import BOT_USER_ID, SIGNING_SECRET, FakeSlack, event_body, sign
+from gateway.testing.telegram import SECRET, FakeTelegramChats
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
-from tests.fakes.slack import BOT_USER_ID, SIGNING_SECRET, FakeSlack, event_body, sign
-from tests.fakes.telegram import SECRET, FakeTelegramChats
 from tests.helpers import assert_json_error, reopened_store
 
 StartGateway = Callable[..., Awaitable[Harness]]

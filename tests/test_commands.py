@@ -10,8 +10,8 @@ from gateway import ChatCommand, CommandContext, Gateway, hookimpl
 from gateway.errors import PluginError
 from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.telegram import FakeTelegram
 from tests.conftest import Harness
-from tests.fakes.telegram import FakeTelegram
 from tests.test_slack_more import post_command
 from tests.test_telegram import payload, post_update
 

@@ -26,9 +26,9 @@ from aiohttp import web
 
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from gateway.testing.loopback import LoopbackServer
-from tests.fakes.slack import SIGNING_SECRET, FakeSlack, event_body, sign
-from tests.fakes.slack import TOKEN as SLACK_TOKEN
-from tests.fakes.telegram import SECRET, TOKEN, FakeTelegramChats
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack, event_body, sign
+from gateway.testing.slack import TOKEN as SLACK_TOKEN
+from gateway.testing.telegram import SECRET, TOKEN, FakeTelegramChats
 from tests.helpers import until
 from tests.process import ServeProcess
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack, sign
+from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from tests.conftest import Harness
-from tests.fakes.slack import SIGNING_SECRET, FakeSlack, sign
-from tests.fakes.telegram import SECRET as TELEGRAM_SECRET
 from tests.test_input_hardening import (
     QUERY,
     RawResponse,

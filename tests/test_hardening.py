@@ -18,9 +18,9 @@ from gateway.plugins import PluginManager
 from gateway.retention import purge
 from gateway.sessions import Rotation
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack, sign, slash_command_body
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
-from tests.fakes.slack import SIGNING_SECRET, FakeSlack, sign, slash_command_body
 from tests.helpers import Clock, assert_json_error, until
 
 StartGateway = Callable[..., Awaitable[Harness]]

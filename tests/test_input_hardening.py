@@ -28,9 +28,9 @@ from gateway.plugins import PluginManager
 from gateway.secrets import KEY_FILE_NAME
 from gateway.store.sqlite import SQLiteStore
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.slack import SIGNING_SECRET, sign
+from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from tests.conftest import Harness
-from tests.fakes.slack import SIGNING_SECRET, sign
-from tests.fakes.telegram import SECRET as TELEGRAM_SECRET
 
 StartGateway = Callable[..., Awaitable[Harness]]
 NOT_UTF8 = b"\xff\xfe"

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
-from tests.conftest import Harness
-from tests.fakes.slack import (
+from gateway.testing.slack import (
     BOT_ID,
     BOT_USER_ID,
     SIGNING_SECRET,
@@ -22,6 +21,7 @@ from tests.fakes.slack import (
     sign,
     slash_command_body,
 )
+from tests.conftest import Harness
 
 PAYLOADS = Path(__file__).parent / "payloads"
 

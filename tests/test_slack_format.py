@@ -23,8 +23,8 @@ from gateway.app import build_app
 from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.slack import BOT_USER_ID, SIGNING_SECRET, TEAM_ID, FakeSlack, event_body, sign
 from tests.conftest import Harness
-from tests.fakes.slack import BOT_USER_ID, SIGNING_SECRET, TEAM_ID, FakeSlack, event_body, sign
 from tests.test_slack import post_signed
 from tests.test_slack_more import im_event, mention_event
 
@@ -226,7 +226,7 @@ async def test_channel_mention_reaches_the_model_as_typed(
 
 async def test_slash_command_text_is_decoded_and_its_answer_escaped(
         slack: Harness, fake_llm: FakeLLM) -> None:
-    from tests.fakes.slack import slash_command_body
+    from gateway.testing.slack import slash_command_body
 
     answers = []
     for index, text in enumerate(["remember team R&amp;D &lt;!here&gt;", "memory"]):

@@ -16,8 +16,7 @@ import pytest
 
 from gateway.commands import help_text
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
-from tests.conftest import Harness
-from tests.fakes.slack import (
+from gateway.testing.slack import (
     BOT_ID,
     BOT_USER_ID,
     SIGNING_SECRET,
@@ -27,6 +26,7 @@ from tests.fakes.slack import (
     sign,
     slash_command_body,
 )
+from tests.conftest import Harness
 from tests.helpers import until
 from tests.test_slack import payload, post_signed
 

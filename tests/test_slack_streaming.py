@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack, event_body, sign
 from tests.conftest import Harness
-from tests.fakes.slack import SIGNING_SECRET, FakeSlack, event_body, sign
 
 REPLY = ("Here is **the plan**: first we gather the numbers, then we compare them with last "
          "quarter, and finally we write it up for the team. Say <!channel> if stuck.")

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack, event_body, sign
 from tests.conftest import Harness
-from tests.fakes.slack import SIGNING_SECRET, FakeSlack, event_body, sign
 
 StartGateway = Callable[..., Awaitable[Harness]]
 PNG = b"\x89PNG\r\n\x1a\n" + b"slack-picture" * 20

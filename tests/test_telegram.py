@@ -13,8 +13,8 @@ import pytest
 
 from gateway.inbound import PROVIDER_APOLOGY
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.telegram import SECRET, FakeTelegram, loads_param
 from tests.conftest import Harness
-from tests.fakes.telegram import SECRET, FakeTelegram, loads_param
 
 PAYLOADS = Path(__file__).parent / "payloads"
 ADA = 777000111

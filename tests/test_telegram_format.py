@@ -18,14 +18,14 @@ from gateway.errors import ConfigError
 from gateway.logs import MASK, mask_secrets
 from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
-from tests.conftest import Harness
-from tests.fakes.telegram import (
+from gateway.testing.telegram import (
     BOT_USERNAME,
     SECRET,
     FakeTelegramChats,
     sent_entities,
     utf16_len,
 )
+from tests.conftest import Harness
 from tests.helpers import assert_one_line_error, until
 from tests.test_cli import acloudybot, free_port
 from tests.test_telegram import payload, post_update

@@ -20,8 +20,7 @@ from gateway.config import Settings
 from gateway.errors import GatewayError
 from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
-from tests.conftest import Harness
-from tests.fakes.telegram import (
+from gateway.testing.telegram import (
     BOT_ID,
     BOT_USERNAME,
     SECRET,
@@ -31,6 +30,7 @@ from tests.fakes.telegram import (
     loads_param,
     upgraded_to_supergroup,
 )
+from tests.conftest import Harness
 from tests.helpers import until
 from tests.test_telegram import ADA, payload, post_update
 

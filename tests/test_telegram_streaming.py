@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.telegram import BOT_USERNAME, FakeTelegramChats, sent_entities
 from tests.conftest import Harness
-from tests.fakes.telegram import BOT_USERNAME, FakeTelegramChats, sent_entities
 from tests.helpers import until
 from tests.test_telegram import post_update
 from tests.test_telegram_more import GROUP, group_update, private_update

@@ -7,8 +7,8 @@ import base64
 from collections.abc import Awaitable, Callable
 
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.telegram import FakeTelegramChats
 from tests.conftest import Harness
-from tests.fakes.telegram import FakeTelegramChats
 from tests.test_telegram import ADA, payload, post_update
 
 StartTelegram = Callable[..., Awaitable[Harness]]

@@ -9,9 +9,15 @@ Fixtures (all prefixed ``cloudybot_``):
   installed plugin, talking to the fake LLM, in a temporary data dir, behind an aiohttp test
   client, and returns a :class:`GatewayHarness`.
 
-``GatewayHarness.exchange(send, message_id)`` performs ``send()`` (for example a signed POST to
-your channel's webhook) and waits until the gateway delivered the reply to that inbound message
-through your channel; it returns the reply text.
+``GatewayHarness.exchange(send, channel=, message_id=)`` performs ``send()`` (for example a
+signed POST to your channel's webhook) and waits until the gateway delivered the reply to that
+inbound message through your channel; it returns the reply text, or fails saying why none came.
+``GatewayHarness.assert_no_reply(channel, message_id)`` checks that nothing answered it.
+
+Also here: :mod:`gateway.testing.fake_llm` (``FakeLLM``; ``Scripted`` and ``completion`` to
+script its answers), :mod:`gateway.testing.telegram` and :mod:`gateway.testing.slack` (fake
+Bot API and Web API servers the real python-telegram-bot and slack_sdk talk to), and
+:class:`gateway.testing.loopback.LoopbackServer` (serve any aiohttp app on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ class ReplyRecorder:
         self.replies[(message.channel, message.message_id)] = text
         self._arrived.set()
 
-    async def wait(self, channel: str, message_id: str, timeout: float) -> str:
-        """The reply to ``message_id``, waiting at most ``timeout`` seconds."""
+    async def wait(self, channel: str, message_id: str, timeout: float | None = None) -> str:
+        """The reply to ``message_id``, once delivered (waiting at most ``timeout`` seconds
+        if given: ``TimeoutError`` then)."""
         async def arrived() -> str:
             while (channel, message_id) not in self.replies:
                 self._arrived.clear()
@@ -66,9 +73,53 @@ class GatewayHarness:
 
     async def exchange(self, send: Callable[[], Awaitable[Any]], *, channel: str,
                        message_id: str, timeout: float = 10.0) -> str:
-        """Run ``send()`` and return the reply delivered for ``(channel, message_id)``."""
+        """Run ``send()`` and return the reply delivered for ``(channel, message_id)``.
+
+        When no reply comes — the gateway finished its work without one, or ``timeout``
+        seconds passed — the test fails with why: the reply's delivery failed (and the
+        channel's error), is still being retried, or was never queued (the message was not
+        received, or was a redelivery)."""
         await send()
-        return await self.recorder.wait(channel, message_id, timeout)
+        arrival = asyncio.ensure_future(self.recorder.wait(channel, message_id))
+        settled = asyncio.ensure_future(self.gateway.drain())
+        try:
+            await asyncio.wait({arrival, settled}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            settled.cancel()
+            arrival.cancel()
+        if (channel, message_id) in self.recorder.replies:
+            return self.recorder.replies[(channel, message_id)]
+        raise AssertionError(await self._no_reply(channel, message_id))
+
+    async def assert_no_reply(self, channel: str, message_id: str) -> None:
+        """Once the gateway's work is done, check that nothing was sent or queued in answer to
+        ``(channel, message_id)`` (a message the channel ignores, a refused one)."""
+        await self.gateway.drain()
+        sent = self.recorder.replies.get((channel, message_id))
+        assert sent is None, f"a reply was sent to {channel} message {message_id}: {sent!r}"
+        queued = await self._delivery(channel, message_id)
+        assert queued is None, (f"a reply to {channel} message {message_id} is "
+                                f"{queued.state}: {queued.text!r}")
+
+    async def _delivery(self, channel: str, message_id: str) -> Delivery | None:
+        for delivery in await self.gateway.store.deliveries(limit=10_000):
+            if (delivery.channel, delivery.message_id) == (channel, message_id):
+                return delivery
+        return None
+
+    async def _no_reply(self, channel: str, message_id: str) -> str:
+        delivery = await self._delivery(channel, message_id)
+        if delivery is None:
+            return (f"no reply was queued for {channel} message {message_id}: the gateway "
+                    "did not receive it (did the channel await gateway.receive()?), refused "
+                    "it, or took it for a redelivery")
+        if delivery.state == "failed":
+            return (f"the reply to {channel} message {message_id} could not be delivered: "
+                    f"{delivery.last_error or 'no reason recorded'}")
+        return (f"the reply to {channel} message {message_id} is still pending (retried "
+                f"{delivery.attempts} time(s)); the channel's last error: "
+                f"{delivery.last_error or 'none'}")
 
 
 @pytest.fixture
