@@ -1,4 +1,5 @@
-"""The dashboard channel: the HTTP API of SPEC §7, threads keyed ``{userId}--{threadId}``."""
+"""The dashboard channel: the HTTP API (``/chat``, ``/api/*``), threads keyed
+``{userId}--{threadId}``."""
 
 from __future__ import annotations
 

@@ -118,7 +118,8 @@ def _well_formed(call: object) -> bool:
 
 def _usage(gw: Gateway, completion: Completion, counted_prompt: int,
            max_tokens: int) -> tuple[int, int]:
-    """Prompt and completion tokens to bill for one call (SPEC §11).
+    """Prompt and completion tokens to bill for one call: the reported usage within its
+    bounds, else our own count.
 
     A reported count is believed only as a non-negative integer within its :class:`UsageBounds`
     (of ``counted_prompt``, our tiktoken count of what was sent, and ``max_tokens``). Otherwise

@@ -20,7 +20,7 @@ CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credit
                 "retry in a moment")
 CREDITS_BUSY_RETRY_SECONDS = 1.0
 
-# SPEC §11: the most usage the gateway believes of one call. Reported usage beyond it (or not a
+# The most usage the gateway believes of one call. Reported usage beyond it (or not a
 # non-negative integer) is not believed: the gateway bills its own tiktoken count instead.
 PROMPT_TOKENS_FACTOR = 4
 PROMPT_TOKENS_SLACK = 1000
@@ -72,7 +72,7 @@ def charge_for(settings: Settings, kind: str, model: str, prompt_tokens: int,
     """The ledger entry of one call: whole credits, rounded up, at the configured model's price.
 
     ``model`` is what the provider says it ran; it is kept in the ledger row for information
-    only. The price is always the configured model's (SPEC §11): a provider saying it ran a
+    only. The price is always the configured model's: a provider saying it ran a
     cheaper model (or ``offline``) never makes a call cheaper, nor a pricier one dearer.
     """
     name = model[:LEDGER_MODEL_CHARS] if isinstance(model, str) and model else settings.llm_model

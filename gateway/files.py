@@ -1,4 +1,4 @@
-"""Files at rest (SPEC §11): the gateway's directories are 0700, its data files 0600.
+"""Files at rest: the gateway's directories are 0700, its data files 0600.
 
 Modes are set explicitly, not left to the umask, and tightened on every start, so a data dir
 made by an older version (0755 directories, a 0644 database) is fixed without a migration.

@@ -281,8 +281,8 @@ class Gateway:
 
     def estimate_call(self, prompt_tokens: int, max_tokens: int | None = None) -> int:
         """Worst-case credits of one provider call whose prompt counts ``prompt_tokens``: the
-        most usage billed for it (SPEC §11 bounds; ``max_tokens`` defaults to the configured
-        one) at the configured model's price. A call never settles for more."""
+        most usage billed for it (the bounds on reported usage; ``max_tokens`` defaults to
+        the configured one) at the configured model's price. A call never settles for more."""
         return worst_case(self.settings, prompt_tokens,
                           self.settings.llm_max_tokens if max_tokens is None else max_tokens)
 
@@ -386,7 +386,7 @@ class Gateway:
         return rotation, active
 
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
-        """SPEC §5: rotate the thread's session if idle or too large; True if it rotated."""
+        """Rotate the thread's session if idle or too large; True if it rotated."""
         ref = await self.resolve_thread(user_id, thread_id)
         async with self.locks.hold(ref.session_key):
             rotation, _ = await self.check_session(ref.session_key)

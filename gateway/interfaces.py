@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 # Receives text as the model writes it (a piece, or the whole so far: each user says which).
 TextSink = Callable[[str], Awaitable[None]]
 
-# Where a plugin's prompt section goes: right after the named built-in section (SPEC §4 order).
+# Where a plugin's prompt section goes: right after the named built-in section (in the
+# prompt's fixed order).
 SECTION_POSITIONS = (
     "after_instructions",
     "after_pinned",

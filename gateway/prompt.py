@@ -1,4 +1,5 @@
-"""Prompt assembly in the SPEC §4 order, trimmed under MAX_CONTEXT with cached token counts.
+"""Prompt assembly in its fixed order (instructions, pinned, specialist, summary, hints,
+recent messages, the new message), trimmed under MAX_CONTEXT with cached token counts.
 
 One system message holds, in order: (1) instructions and the model identity hint, (2) the pinned
 block, (3) the specialist's instructions, (4) the conversation summary, (5) browser hints and the

@@ -92,7 +92,7 @@ class SecretBox:
 
 
 # --- redaction -----------------------------------------------------------------------------------
-# A saved password must not survive in any encoding the gateway reads or writes (SPEC §11). One
+# A saved password must not survive in any encoding the gateway reads or writes . One
 # regular expression per set of secrets finds, for each secret:
 #
 # * every JSON-escaped spelling, character by character: raw, ``\uXXXX`` in either case (a

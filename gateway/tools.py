@@ -1,7 +1,7 @@
 """Tools the agent can call: what a tool is, and running one safely.
 
 A tool error or timeout becomes a result the model can read; it never crashes the turn. So does
-a malformed call (SPEC §11): an unknown tool, arguments that are not JSON text of an object, or
+a malformed call: an unknown tool, arguments that are not JSON text of an object, or
 arguments nested deeper than ``MAX_ARGUMENT_DEPTH``.
 """
 

@@ -9,7 +9,7 @@ Retries 429 and 5xx answers (and dropped connections) with exponential backoff, 
 arrives; a stream that breaks off after text was handed on is a 502, never retried (the text
 would come twice).
 
-The answer is untrusted input (SPEC §11): a body that is not a chat completion (no choices,
+The answer is untrusted input: a body that is not a chat completion (no choices,
 nested too deep to parse, a tool call without an id or name) is a 502; usage counts that are
 not non-negative integers are treated as not reported; tool-call arguments that are not JSON
 text become a tool error the model reads.
@@ -50,7 +50,7 @@ BACKOFF_BASE_SECONDS = 0.5
 MAX_WAIT_SECONDS = 30.0
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # No call reads or writes a billion tokens: a larger count is not a count (the gateway then
-# applies SPEC §11's tighter bounds to what is left).
+# applies its tighter bounds on reported usage to what is left).
 MAX_REPORTED_TOKENS = 10**9
 # What one streamed answer may amount to (text and tool calls), and how many tool calls.
 MAX_STREAM_CHARS = 4_000_000

@@ -1,4 +1,5 @@
-"""The HTTP API of SPEC §7 (served by the dashboard channel)."""
+"""The HTTP API: ``/chat`` and ``/api/*``, every route behind a bearer token (served by the
+dashboard channel)."""
 
 from __future__ import annotations
 

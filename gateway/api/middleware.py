@@ -1,5 +1,6 @@
-"""HTTP errors are mapped once, here, to the SPEC's JSON error object; auth is checked here,
-and every request's headers and body are made safe to read before a handler sees them."""
+"""HTTP errors are mapped once, here, to the JSON error object
+``{"error": {"code", "message"}}``; auth is checked here, and every request's headers and body
+are made safe to read before a handler sees them."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .keys import gateway_key, user_key
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Statuses aiohttp raises by itself, as SPEC error codes.
+# Statuses aiohttp raises by itself, as the API's error codes.
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
 AUTHENTICATED_PREFIXES = ("/chat", "/api/")
@@ -27,7 +28,7 @@ AUTHENTICATED_PREFIXES = ("/chat", "/api/")
 
 def error_response(status: int, code: str, message: str,
                    headers: dict[str, str] | None = None) -> web.Response:
-    """The SPEC's error body: ``{"error": {"code", "message"}}``."""
+    """The API's error body: ``{"error": {"code", "message"}}``."""
     return web.json_response({"error": {"code": code, "message": message}}, status=status,
                              headers=headers)
 

@@ -1,12 +1,11 @@
-"""The embedded SQLite backend of :class:`gateway.store.Store` (aiosqlite, WAL mode).
+"""The embedded SQLite backend of :class:`gateway.store.Store` (the ``sqlite3`` module, WAL).
 
 Writes: each public method is one atomic function, however many statements it needs, and
 concurrent writes share one COMMIT (:class:`_GroupCommit`). They run on the event loop's thread
-while SQLite's write lock is free, otherwise (and when they may touch many rows) on aiosqlite's
-worker thread, through ``aiosqlite.Connection._execute`` (the call every aiosqlite method is
-built on), pinned in pyproject.toml. Reads: small indexed reads run inline on a read-only
-connection of the event loop's thread (a WAL snapshot), which costs less than a hand-off; a
-turn thus makes one read and one write, and no thread hand-off.
+while SQLite's write lock is free, otherwise (and when they may touch many rows) on the store's
+worker thread (:class:`~gateway.store.worker.WorkerThread`). Reads: small indexed reads run
+inline on a read-only connection of the event loop's thread (a WAL snapshot), which costs less
+than a hand-off; a turn thus makes one read and one write, and no thread hand-off.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
-
-import aiosqlite
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..files import private_dir, private_file
@@ -43,6 +40,7 @@ from .records import (
     TurnWritten,
     User,
 )
+from .worker import WorkerThread
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -165,7 +163,7 @@ class _GroupCommit:
     never waits for SQLite's write lock: a turn's write takes tens of microseconds, less than
     handing it to a thread and back (the hand-off, not SQLite, was a fifth of a turn's CPU).
     When the lock is held elsewhere (another process, or a long write on the worker) the
-    batch goes to aiosqlite's worker thread, which waits for it (``busy_timeout``), and so do
+    batch goes to the worker thread, which waits for it (``busy_timeout``), and so do
     operations submitted ``off_loop`` (those that may touch many rows). This connection never
     checkpoints the WAL itself (that copies megabytes and syncs): once it has changed
     ``CHECKPOINT_ROWS`` rows since the last checkpoint, the next batch goes to the worker and
@@ -173,8 +171,8 @@ class _GroupCommit:
     starts the WAL over (like SQLite's own automatic checkpoint, off the event loop).
     """
 
-    def __init__(self, db: aiosqlite.Connection, inline: sqlite3.Connection) -> None:
-        self._db = db
+    def __init__(self, worker: WorkerThread, inline: sqlite3.Connection) -> None:
+        self._worker = worker
         self._inline = inline
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._flushing = False
@@ -206,9 +204,7 @@ class _GroupCommit:
 
     async def _on_worker(self, operations: list[Callable[[sqlite3.Connection], Any]],
                          checkpoint: bool = False) -> list[tuple[bool, Any]]:
-        outcomes: list[tuple[bool, Any]] = await self._db._execute(  # type: ignore[no-untyped-call]
-            _run_batch, self._db._conn, operations, checkpoint)
-        return outcomes
+        return await self._worker.call(_run_batch, operations, checkpoint)
 
     async def _flush(self) -> None:
         try:
@@ -299,7 +295,7 @@ class SQLiteStore:
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.clock = clock
-        self._db: aiosqlite.Connection | None = None
+        self._worker: WorkerThread | None = None
         self._group: _GroupCommit
         self._reader: sqlite3.Connection | None = None
 
@@ -318,17 +314,15 @@ class SQLiteStore:
         private_file(self.path, create=True)
         for suffix in ("-wal", "-shm"):
             private_file(self.path.with_name(self.path.name + suffix))
-        self._db = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._db.execute("PRAGMA journal_mode = WAL")
-        for pragma in _WRITER_PRAGMAS:
-            await self._db.execute(pragma)
-        await self._db.execute("PRAGMA busy_timeout = 5000")
+        self._worker = WorkerThread(self.path)
+        await self._worker.open(["PRAGMA journal_mode = WAL", *_WRITER_PRAGMAS,
+                                 "PRAGMA busy_timeout = 5000"])
         inline = sqlite3.connect(self.path, isolation_level=None)
         for pragma in _WRITER_PRAGMAS:
             inline.execute(pragma)
         inline.execute("PRAGMA busy_timeout = 0")  # on the event loop: never wait for a lock
         inline.execute("PRAGMA wal_autocheckpoint = 0")  # the worker checkpoints
-        self._group = _GroupCommit(self._db, inline)
+        self._group = _GroupCommit(self._worker, inline)
         await self._transaction(self._migrate, off_loop=True)
         self._reader = sqlite3.connect(self.path, isolation_level=None)
         self._reader.execute("PRAGMA query_only = ON")
@@ -339,16 +333,16 @@ class SQLiteStore:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        if self._db is not None:
+        if self._worker is not None:
             await self._group.close()
-            await self._db.close()
-            self._db = None
+            await self._worker.close()
+            self._worker = None
 
     async def _transaction(self, fn: Callable[[sqlite3.Connection], T],
                            off_loop: bool = False) -> T:
         """Run ``fn`` as one atomic unit of work (see :class:`_GroupCommit`); ``off_loop``
         for work that may touch many rows, so that it never holds up the event loop."""
-        if self._db is None:
+        if self._worker is None:
             raise RuntimeError("store is not open")
         return await self._group.submit(fn, off_loop)
 
