@@ -12,12 +12,12 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
-from .billing import Admission, CreditsBusy, UsageBounds, charge_for, shown
+from .billing import Admission, CreditsBusy, TurnBill, UsageBounds, charge_for, shown
 from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
 from .interfaces import (
     Completion,
@@ -32,7 +32,6 @@ from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import open_credentials, redact, redact_structure
 from .sessions import Rotation, ToolExchange
 from .store import (
-    Charge,
     NewMessage,
     SecretRecord,
     StoredMessage,
@@ -40,6 +39,7 @@ from .store import (
     ThreadRef,
     TurnCommit,
     TurnState,
+    TurnWritten,
 )
 from .tools import ToolCall, ToolContext, run_tool
 
@@ -53,6 +53,10 @@ IMAGE_TOKENS = 1105
 # The most characters one character of a password takes in any encoding redaction covers
 # (``\uXXXX``); a streamed preview holds back this many per character of the longest password.
 ESCAPED_CHAR_WIDTH = 6
+OUT_OF_CREDITS_MIDWAY = ("I ran out of AI credits while working with tools, so I stopped "
+                         "before finishing. Ask the operator for more credits.")
+CREDITS_HELD_MIDWAY = ("I stopped before finishing: your other requests in progress hold the "
+                       "rest of your AI credits. Ask again in a moment.")
 
 
 @dataclass(frozen=True)
@@ -83,14 +87,21 @@ class PendingSummary:
 
 @dataclass
 class _AgentRun:
-    """The provider calls of one turn: the final text, the tool exchange, the charges."""
+    """The provider calls of one turn: the final text, the tool exchange, the usage."""
 
     text: str = ""
     exchange: list[dict[str, Any]] = field(default_factory=list)
     exchange_tokens: int = 0
-    charges: list[Charge] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    def record(self, messages: list[dict[str, Any]], secrets: tuple[str, ...],
+               count: Callable[[dict[str, Any]], int]) -> None:
+        """Keep a tool round for the session file, counted once: what is stored and replayed
+        never holds a saved password, not even in a call's arguments."""
+        stored = [_redact_message(message, secrets) for message in messages]
+        self.exchange += stored
+        self.exchange_tokens += sum(count(message) for message in stored)
 
 
 def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Credential]:
@@ -151,8 +162,7 @@ def _believed(gw: Gateway, name: str, reported: object, limit: int) -> int | Non
 
 
 async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
-                     admission: Admission, balance: int, run: _AgentRun,
-                     on_text: TextSink | None = None) -> None:
+                     bill: TurnBill, run: _AgentRun, on_text: TextSink | None = None) -> None:
     """Call the provider; while it asks for tools, run them and call again (bounded).
 
     With ``on_text``, each call streams: ``on_text`` gets the text of the answer being written
@@ -171,17 +181,13 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
     for round_number in range(settings.max_tool_rounds + 1):
         messages = prompt.messages + live_exchange
         prompt_tokens = prompt.prompt_tokens + live_tokens
-        estimate = gw.estimate_call(prompt_tokens)
         try:
-            admission.reserve(balance, estimate, spent=sum(c.credits for c in run.charges))
+            bill.reserve(gw.estimate_call(prompt_tokens))
         except (PaymentRequired, CreditsBusy) as refusal:
             if round_number == 0:
                 raise
-            run.text = ("I ran out of AI credits while working with tools, so I stopped "
-                        "before finishing. Ask the operator for more credits."
-                        if isinstance(refusal, PaymentRequired) else
-                        "I stopped before finishing: your other requests in progress hold the "
-                        "rest of your AI credits. Ask again in a moment.")
+            run.text = OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
+                else CREDITS_HELD_MIDWAY
             return
         completion = await _call_provider(gw, CompletionRequest(
             messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas),
@@ -190,26 +196,17 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
                                               settings.llm_max_tokens)
         run.prompt_tokens += used_prompt
         run.completion_tokens += used_completion
-        run.charges.append(charge_for(settings, "chat" if round_number == 0 else "tool_round",
-                                      completion.model, used_prompt, used_completion))
+        bill.charge("chat" if round_number == 0 else "tool_round", completion.model,
+                    used_prompt, used_completion)
         if not completion.tool_calls:
             run.text = completion.text
             return
         if round_number == settings.max_tool_rounds:
             break
-        call_message: dict[str, Any] = {
-            "role": "assistant", "content": completion.text or None,
-            "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
-        results = [{"role": "tool", "tool_call_id": call.id,
-                    "content": redact(await run_tool(gw.tools, call, context,
-                                                     settings.tool_timeout_seconds), secrets)}
-                   for call in completion.tool_calls]
-        live_exchange += [call_message, *results]
-        live_tokens += sum(gw.counter.chat_message(m) for m in (call_message, *results))
-        # What is stored and replayed never holds a saved password, not even in arguments.
-        stored = [_redact_message(m, secrets) for m in (call_message, *results)]
-        run.exchange += stored
-        run.exchange_tokens += sum(gw.counter.chat_message(m) for m in stored)
+        added = await _tool_round(gw, completion, context, secrets)
+        live_exchange += added
+        live_tokens += sum(gw.counter.chat_message(m) for m in added)
+        run.record(added, secrets, gw.counter.chat_message)
         while prompt.prompt_tokens + live_tokens > settings.max_context:
             if not prompt.drop_oldest():
                 run.text = ("I had to stop: the tool results no longer fit in my context "
@@ -217,6 +214,20 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
                 return
     run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
                 "reaching an answer. Ask again, perhaps more specifically.")
+
+
+async def _tool_round(gw: Gateway, completion: Completion, context: ToolContext,
+                      secrets: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Run the tool calls of ``completion``: the model's call message and the results, as
+    chat messages for the next call (results redacted: a tool may echo a saved password)."""
+    call_message: dict[str, Any] = {
+        "role": "assistant", "content": completion.text or None,
+        "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
+    results = [{"role": "tool", "tool_call_id": call.id,
+                "content": redact(await run_tool(gw.tools, call, context,
+                                                 gw.settings.tool_timeout_seconds), secrets)}
+               for call in completion.tool_calls]
+    return [call_message, *results]
 
 
 def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
@@ -251,7 +262,8 @@ def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[s
 
 
 def _session_events(stored_message: str, reply: str, message_ids: list[int],
-                    run: _AgentRun, rotation: Rotation | None) -> list[dict[str, Any]]:
+                    run: _AgentRun, bill: TurnBill,
+                    rotation: Rotation | None) -> list[dict[str, Any]]:
     """The turn as session events: user message, tool calls and results, reply, usage."""
     user_id, reply_id = message_ids
     events: list[dict[str, Any]] = []
@@ -277,8 +289,7 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
     events.append(reply_event)
     events.append({"type": "usage", "promptTokens": run.prompt_tokens,
                    "completionTokens": run.completion_tokens,
-                   "credits": sum(c.credits for c in run.charges),
-                   "calls": len(run.charges)})
+                   "credits": bill.spent, "calls": len(bill.charges)})
     return events
 
 
@@ -345,72 +356,97 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
                   balance: int, admission: Admission, on_text: TextSink | None = None,
                   images: Sequence[Image] = (),
                   ) -> tuple[TurnResult, PendingSummary | None]:
-    """The turn after admission: prompt, agent, commit, session, observers."""
-    settings = gw.settings
+    """The turn after admission: session, prompt, agent and commit, session file, observers,
+    and the summarization it makes due."""
+    rotation, new_session = await _begin_session(gw, ref, state)
+    credentials = _decrypt(gw, user_id, state.credentials)
+    secrets = tuple(credential.password for credential in credentials)
+    # Plugins see the message as it is stored: a password the user typed stays hidden.
+    turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel,
+                       redact(message, secrets), specialist)
+    prompt = await _prompt(gw, turn, state, message, credentials, new_session, images)
+    bill = TurnBill(gw.settings, admission, balance)
+    run = _AgentRun()
+    reply, written, stored = await _run_and_commit(gw, turn, ref, inbound, prompt, secrets,
+                                                   bill, run, on_text)
+    spent = bill.settle()
+    _append_session(gw, ref, turn.message, reply, written, run, bill, rotation)
+    await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
+    pending = _summary_due(gw, ref, secrets, state, [*state.messages, *stored],
+                           credits=balance - spent)
+    result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
+                        summarized=pending is not None, session_rotated=new_session)
+    return result, pending
 
+
+async def _begin_session(gw: Gateway, ref: ThreadRef,
+                         state: TurnState) -> tuple[Rotation | None, bool]:
+    """Rotate the session if due; return the rotation and whether this turn starts a new
+    session. A conversation with history but no session file starts one, whether it rotated
+    just now or earlier (``cloudybot sessions rotate``, rotate_session_if_needed)."""
     rotation, active = await gw.check_session(ref.session_key)
-    # A conversation with history but no session file starts a new session this turn, whether
-    # it rotated just now or earlier (``cloudybot sessions rotate``, rotate_session_if_needed).
     new_session = rotation is not None or (
         not active and state.thread is not None and bool(state.messages or state.thread.summary))
-    credentials = _decrypt(gw, user_id, state.credentials)
-    secrets = tuple(c.password for c in credentials)
-    stored_message = redact(message, secrets)
-    # Plugins see the message as it is stored: a password the user typed stays hidden.
-    turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, stored_message,
-                       specialist)
-    prompt = await _prompt(gw, turn, state, message, credentials, new_session, images)
-    run = _AgentRun()
+    return rotation, new_session
+
+
+async def _run_and_commit(gw: Gateway, turn: TurnContext, ref: ThreadRef,
+                          inbound: tuple[str, str] | None, prompt: Prompt,
+                          secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
+                          on_text: TextSink | None,
+                          ) -> tuple[str, TurnWritten, list[StoredMessage]]:
+    """The agent's calls, then the turn in one transaction: the reply, the ids written and
+    the two messages as stored. On any failure nothing of the turn is stored, but the calls
+    that did answer (a chat call before a failed tool round) are still charged."""
     try:
-        await _run_agent(gw, turn, prompt, secrets, admission, balance, run, on_text)
+        await _run_agent(gw, turn, prompt, secrets, bill, run, on_text)
         reply = redact(run.text, secrets).strip()
         if not reply:
-            run.charges.pop()  # an empty answer is a failed call: not charged
+            bill.refund_last()  # an empty answer is a failed call: not charged
             raise EmptyReply("the model returned an empty answer")
-        new_messages = [NewMessage("user", stored_message, gw.counter.count(stored_message)),
+        new_messages = [NewMessage("user", turn.message, gw.counter.count(turn.message)),
                         NewMessage("assistant", reply, gw.counter.count(reply))]
         written = await gw.store.commit_turn(TurnCommit(
-            ref=ref,
-            billed_user=user_id,
-            messages=new_messages,
-            charges=run.charges,
-            inbound=inbound,
-        ))
+            ref=ref, billed_user=turn.user_id, messages=new_messages, charges=bill.charges,
+            inbound=inbound))
     except BaseException:
-        # The calls that did answer (a chat call before a failed tool round) are still
-        # charged; the failed call is not. Nothing of the turn is stored.
-        if run.charges:
-            await gw.store.record_charges(user_id, ref.session_key, run.charges)
-            admission.settle(sum(c.credits for c in run.charges))
+        if bill.charges:
+            await gw.store.record_charges(turn.user_id, ref.session_key, bill.charges)
+        bill.settle()
         raise
-    admission.settle(sum(c.credits for c in run.charges))
+    stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
+              for message_id, new in zip(written.message_ids, new_messages, strict=True)]
+    return reply, written, stored
+
+
+def _append_session(gw: Gateway, ref: ThreadRef, stored_message: str, reply: str,
+                    written: TurnWritten, run: _AgentRun, bill: TurnBill,
+                    rotation: Rotation | None) -> None:
+    """The turn's events at the end of its session file (tool exchange kept for replay)."""
     reply_id = written.message_ids[-1]
     exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
         if run.exchange else None
     try:
         gw.sessions.append(ref.session_key, ref.user_id, ref.thread_id,
                            _session_events(stored_message, reply, written.message_ids, run,
-                                           rotation),
+                                           bill, rotation),
                            exchange)
     except OSError:
         # The turn is committed; only its tool state is lost, as a rotation would lose it.
         log.exception("cannot append to the session file of %s", ref.session_key)
-    await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
 
-    pending = None
-    # Under the turn lock nobody else adds to this thread: the count needs no query.
-    if len(state.messages) + len(written.message_ids) >= settings.summarize_at:
-        stored = [*state.messages, *(
-            StoredMessage(message_id, new.role, new.content, new.tokens)
-            for message_id, new in zip(written.message_ids, new_messages, strict=True))]
-        pending = PendingSummary(
-            ref, user_id, secrets, summary=state.thread.summary if state.thread else "",
-            version=state.thread.summary_version if state.thread else 0, messages=stored,
-            credits=balance - sum(c.credits for c in run.charges))
-    result = TurnResult(reply, run.prompt_tokens, run.completion_tokens,
-                        sum(c.credits for c in run.charges),
-                        summarized=pending is not None, session_rotated=new_session)
-    return result, pending
+
+def _summary_due(gw: Gateway, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
+                 messages: list[StoredMessage], credits: int) -> PendingSummary | None:
+    """The summarization this turn makes due, if rolling memory reached SUMMARIZE_AT. Under
+    the turn lock nobody else adds to this thread: the count needs no query."""
+    if len(messages) < gw.settings.summarize_at:
+        return None
+    thread = state.thread
+    return PendingSummary(ref, state.user.user_id, secrets,
+                          summary=thread.summary if thread else "",
+                          version=thread.summary_version if thread else 0,
+                          messages=messages, credits=credits)
 
 
 async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
@@ -420,14 +456,9 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
     the same user in flight on other threads count it.
     """
     settings = gw.settings
-    messages = pending.messages
-    cut = fold_point(messages, settings.keep_recent)
-    if len(messages) < settings.summarize_at or cut == 0:
+    folded = _to_fold(gw, pending)
+    if not folded:
         return False
-    if pending.credits <= 0:
-        log.info("summarization of %s postponed: no credits", pending.ref.session_key)
-        return False
-    folded = messages[:cut]
     request = summary_request(pending.summary, folded, settings.llm_model)
     counted = gw.counter.messages(request.messages)
     with gw.credit_guard.admit(pending.billed_user) as admission:  # before the balance is read
@@ -439,17 +470,10 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
             log.info("summarization of %s postponed: the credits are spent or held by turns "
                      "in flight", pending.ref.session_key)
             return False
-        try:
-            completion = await _call_provider(gw, request)
-        except ProviderError as exc:
-            log.warning("summarization of %s failed (%s); will retry on a later turn",
-                        pending.ref.session_key, exc.message)
+        answered = await _summary_from_provider(gw, pending, request)
+        if answered is None:
             return False
-        summary = accept_summary(redact(completion.text, pending.secrets))
-        if summary is None:
-            log.warning("summarization of %s returned nothing usable; will retry on a later "
-                        "turn", pending.ref.session_key)
-            return False
+        summary, completion = answered
         prompt_tokens, completion_tokens = _usage(gw, completion, counted, request.max_tokens)
         charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
                             completion_tokens)
@@ -469,3 +493,34 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         log.info("summarization of %s discarded: the thread changed meanwhile",
                  pending.ref.session_key)
     return applied
+
+
+def _to_fold(gw: Gateway, pending: PendingSummary) -> list[StoredMessage]:
+    """The oldest messages to fold into the summary (all but KEEP_RECENT, at a turn's
+    boundary); none when there are too few, or no credits to pay for it."""
+    messages = pending.messages
+    cut = fold_point(messages, gw.settings.keep_recent)
+    if len(messages) < gw.settings.summarize_at or cut == 0:
+        return []
+    if pending.credits <= 0:
+        log.info("summarization of %s postponed: no credits", pending.ref.session_key)
+        return []
+    return messages[:cut]
+
+
+async def _summary_from_provider(gw: Gateway, pending: PendingSummary,
+                                 request: CompletionRequest) -> tuple[str, Completion] | None:
+    """The new summary (redacted, checked usable) and the call that wrote it; None, logged,
+    when the call failed or wrote nothing usable (a later turn tries again)."""
+    try:
+        completion = await _call_provider(gw, request)
+    except ProviderError as exc:
+        log.warning("summarization of %s failed (%s); will retry on a later turn",
+                    pending.ref.session_key, exc.message)
+        return None
+    summary = accept_summary(redact(completion.text, pending.secrets))
+    if summary is None:
+        log.warning("summarization of %s returned nothing usable; will retry on a later "
+                    "turn", pending.ref.session_key)
+        return None
+    return summary, completion

@@ -150,6 +150,44 @@ class Admission:
         self._held = 0
 
 
+class TurnBill:
+    """One turn's billing from first call to end: before each provider call a hold for its
+    worst case (:meth:`reserve`), after it the charge of what it used (:meth:`charge`), and at
+    the end the charges settled (:meth:`settle`), also when the turn fails after a call
+    answered."""
+
+    def __init__(self, settings: Settings, admission: Admission, balance: int) -> None:
+        self._settings = settings
+        self._admission = admission
+        self.balance = balance  # the billed account's balance when the turn began
+        self.charges: list[Charge] = []
+
+    @property
+    def spent(self) -> int:
+        """Credits charged so far."""
+        return sum(charge.credits for charge in self.charges)
+
+    def reserve(self, estimate: int) -> None:
+        """Hold ``estimate`` more, a call's worst case; 402 when the balance is spent, 429
+        ``credits_busy`` when other turns in flight hold what is left."""
+        self._admission.reserve(self.balance, estimate, spent=self.spent)
+
+    def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Charge a call that answered, at the configured model's price."""
+        self.charges.append(charge_for(self._settings, kind, model, prompt_tokens,
+                                       completion_tokens))
+
+    def refund_last(self) -> None:
+        """The last call's answer could not be used (it was empty): it is not charged."""
+        self.charges.pop()
+
+    def settle(self) -> int:
+        """End the hold: the turn costs what was charged, which this returns."""
+        spent = self.spent
+        self._admission.settle(spent)
+        return spent
+
+
 class CreditGuard:
     """Keeps concurrent turns of one user from overspending by more than one turn's cost.
 

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from aiohttp import web
 
@@ -265,6 +265,9 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     common = argparse.ArgumentParser(add_help=False)
@@ -272,12 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TOML configuration (default: $CLOUDYBOT_CONFIG or built-ins)")
     parser = argparse.ArgumentParser(prog="cloudybot", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-
     serve = commands.add_parser("serve", parents=[common], help="run the gateway")
     serve.add_argument("--host", help="listen address (overrides CLOUDYBOT_HOST)")
     serve.add_argument("--port", type=int, help="listen port (overrides CLOUDYBOT_PORT)")
     serve.set_defaults(handler=cmd_serve)
+    _add_account_commands(commands, common)
+    _add_channel_commands(commands, common)
+    _add_plugin_commands(commands, common)
+    return parser
 
+
+def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """users add|grant|token|plan, usage, purge."""
     users = commands.add_parser("users", help="manage accounts").add_subparsers(
         dest="users_command", required=True)
     add = users.add_parser("add", parents=[common], help="create an account")
@@ -296,17 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("user_id")
     plan.add_argument("plan")
     plan.set_defaults(handler=cmd_users_plan)
-
     usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
     usage.add_argument("user_id")
     usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
     usage.set_defaults(handler=cmd_usage)
-
     purge_ = commands.add_parser("purge", parents=[common],
                                  help="delete threads past their plan's retention")
     purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
     purge_.set_defaults(handler=cmd_purge)
 
+
+def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """deliveries, sessions list|show|rotate."""
     deliveries = commands.add_parser(
         "deliveries", parents=[common],
         help="channel replies waiting for their platform, and failed ones")
@@ -315,7 +325,6 @@ def build_parser() -> argparse.ArgumentParser:
     deliveries.add_argument("--limit", type=int, default=100,
                             help="newest deliveries to look at (100)")
     deliveries.set_defaults(handler=cmd_deliveries)
-
     sessions = commands.add_parser("sessions", help="inspect agent sessions").add_subparsers(
         dest="sessions_command", required=True)
     sessions.add_parser("list", parents=[common], help="list active sessions").set_defaults(
@@ -327,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     rotate.add_argument("key")
     rotate.set_defaults(handler=cmd_sessions_rotate)
 
+
+def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """plugins, new-plugin."""
     plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
     plugins.set_defaults(handler=cmd_plugins)
     scaffold = commands.add_parser("new-plugin",
@@ -334,7 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     scaffold.add_argument("name", help="the channel's name: a-z, then a-z 0-9 _")
     scaffold.add_argument("--dir", default=".", help="where to write cloudybot-NAME/")
     scaffold.set_defaults(handler=cmd_new_plugin)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
