@@ -27,11 +27,11 @@ from .interfaces import (
     TextSink,
     TurnContext,
 )
-from .memory import accept_summary, fold_point, summary_request
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .secrets import open_credentials, redact, redact_structure
 from .sessions import Rotation, ToolExchange
 from .store import (
+    ChannelMessage,
     NewMessage,
     SecretRecord,
     StoredMessage,
@@ -41,6 +41,7 @@ from .store import (
     TurnState,
     TurnWritten,
 )
+from .summaries import accept_summary, fold_point, summary_request
 from .tools import ToolCall, ToolContext, run_tool
 
 if TYPE_CHECKING:
@@ -294,7 +295,7 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
 
 
 async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None, inbound: tuple[str, str] | None = None,
+                   specialist: str | None, inbound: ChannelMessage | None = None,
                    on_text: TextSink | None = None, images: Sequence[Image] = (),
                    ) -> tuple[TurnResult, PendingSummary | None]:
     """Run one turn under the caller's lock; return its result and any summarization due.
@@ -352,7 +353,7 @@ async def _prompt(gw: Gateway, turn: TurnContext, state: TurnState, message: str
 
 
 async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
-                  specialist: str | None, inbound: tuple[str, str] | None, state: TurnState,
+                  specialist: str | None, inbound: ChannelMessage | None, state: TurnState,
                   balance: int, admission: Admission, on_text: TextSink | None = None,
                   images: Sequence[Image] = (),
                   ) -> tuple[TurnResult, PendingSummary | None]:
@@ -391,7 +392,7 @@ async def _begin_session(gw: Gateway, ref: ThreadRef,
 
 
 async def _run_and_commit(gw: Gateway, turn: TurnContext, ref: ThreadRef,
-                          inbound: tuple[str, str] | None, prompt: Prompt,
+                          inbound: ChannelMessage | None, prompt: Prompt,
                           secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
                           on_text: TextSink | None,
                           ) -> tuple[str, TurnWritten, list[StoredMessage]]:

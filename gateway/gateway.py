@@ -23,7 +23,7 @@ from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
 from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
 from .sessions import Rotation, SessionStore
-from .store import Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
+from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
 from .tools import Tool
@@ -407,7 +407,7 @@ class Gateway:
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None = None,
-                   inbound: tuple[str, str] | None = None,
+                   inbound: ChannelMessage | None = None,
                    on_text: TextSink | None = None,
                    images: Sequence[Image] = ()) -> agent.TurnResult:
         """Run one turn on the thread, after any turn already running there.

@@ -41,7 +41,7 @@ from .errors import (
 )
 from .interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image
 from .queues import ConversationQueues
-from .store import Delivery, InboxEntry, ThreadRef, User
+from .store import ChannelMessage, Delivery, InboxEntry, ThreadRef, User
 from .streaming import PREVIEW_INTERVAL_SECONDS, Preview
 from .text import split_text
 
@@ -348,8 +348,8 @@ class Inbox:
         for attempt in range(2):
             try:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):
-                    result = await gw.chat(user.user_id, ref, message.text,
-                                           inbound=(message.channel, message.message_id),
+                    answers = ChannelMessage(message.channel, message.message_id)
+                    result = await gw.chat(user.user_id, ref, message.text, inbound=answers,
                                            on_text=preview.update if preview else None,
                                            images=images)
                 return result.reply

@@ -12,7 +12,7 @@ from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.telegram import FakeTelegram
 from tests.conftest import Harness
-from tests.test_slack_more import post_command
+from tests.test_slack_threads_and_delivery import post_command
 from tests.test_telegram import payload, post_update
 
 StartGateway = Callable[..., Awaitable[Harness]]

@@ -26,7 +26,7 @@ from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.slack import BOT_USER_ID, SIGNING_SECRET, TEAM_ID, FakeSlack, event_body, sign
 from tests.conftest import Harness
 from tests.test_slack import post_signed
-from tests.test_slack_more import im_event, mention_event
+from tests.test_slack_threads_and_delivery import im_event, mention_event
 
 DM = "D0LAN2Q65"
 _ts = itertools.count(1)

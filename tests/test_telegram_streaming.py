@@ -10,7 +10,7 @@ from gateway.testing.telegram import BOT_USERNAME, FakeTelegramChats, sent_entit
 from tests.conftest import Harness
 from tests.helpers import until
 from tests.test_telegram import post_update
-from tests.test_telegram_more import GROUP, group_update, private_update
+from tests.test_telegram_groups_and_lifecycle import GROUP, group_update, private_update
 
 REPLY = ("Here is **the plan**: first we gather the numbers, then we compare them with last "
          "quarter, and finally we write it up for the whole team.")

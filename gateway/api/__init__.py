@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, chat, memory, threads
+from . import account, chat, pinned, threads
 
 
 def api_routes() -> list[web.RouteDef]:
     """Every ``/chat`` and ``/api/*`` route; all need a bearer token."""
     return [
         web.post("/chat", chat.post_chat),
-        web.get("/api/user/memory", memory.get_memory),
-        web.put("/api/user/memory", memory.put_memory),
-        web.delete("/api/user/memory", memory.delete_memory),
+        web.get("/api/user/memory", pinned.get_memory),
+        web.put("/api/user/memory", pinned.put_memory),
+        web.delete("/api/user/memory", pinned.delete_memory),
         web.get("/api/user/credits", account.get_credits),
         web.get("/api/user/usage", account.get_usage),
         web.get("/api/user/browser-credentials", account.list_credentials),

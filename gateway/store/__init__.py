@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .records import (
+    ChannelMessage,
     Charge,
     Delivery,
     DisplayMessage,
@@ -201,6 +202,7 @@ class Store(Protocol):
 
 
 __all__ = [
+    "ChannelMessage",
     "Charge",
     "Delivery",
     "DisplayMessage",

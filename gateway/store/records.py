@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,13 @@ class ExpiredThread:
     updated_at: str
 
 
+class ChannelMessage(NamedTuple):
+    """Which channel message something answers: the channel's name and the message's id."""
+
+    channel: str
+    message_id: str
+
+
 @dataclass(frozen=True)
 class TurnCommit:
     """Everything one turn writes, in one transaction."""
@@ -128,9 +136,9 @@ class TurnCommit:
     billed_user: str
     messages: list[NewMessage]
     charges: list[Charge]
-    # (channel, message id) of the channel message this turn answers: marked answered, and its
-    # reply put in the outbox, in the same commit
-    inbound: tuple[str, str] | None = None
+    # the channel message this turn answers: marked answered, and its reply put in the
+    # outbox, in the same commit
+    inbound: ChannelMessage | None = None
 
     @property
     def reply(self) -> str:
