@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
-from .billing import Admission, CreditsBusy, TurnBill, UsageBounds, charge_for, shown
+from .billing import (
+    Admission,
+    CreditsBusy,
+    TurnBill,
+    UsageBounds,
+    charge_for,
+    shown,
+    worst_case,
+)
 from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
 from .interfaces import (
     Completion,
@@ -183,7 +191,7 @@ async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tu
         messages = prompt.messages + live_exchange
         prompt_tokens = prompt.prompt_tokens + live_tokens
         try:
-            bill.reserve(gw.estimate_call(prompt_tokens))
+            bill.reserve(prompt_tokens)
         except (PaymentRequired, CreditsBusy) as refusal:
             if round_number == 0:
                 raise
@@ -466,7 +474,7 @@ async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
         user = await gw.store.get_user(pending.billed_user)
         try:
             admission.reserve(user.credits if user is not None else 0,
-                              gw.estimate_call(counted, request.max_tokens))
+                              worst_case(settings, counted, request.max_tokens))
         except (PaymentRequired, CreditsBusy):
             log.info("summarization of %s postponed: the credits are spent or held by turns "
                      "in flight", pending.ref.session_key)

@@ -167,9 +167,11 @@ class TurnBill:
         """Credits charged so far."""
         return sum(charge.credits for charge in self.charges)
 
-    def reserve(self, estimate: int) -> None:
-        """Hold ``estimate`` more, a call's worst case; 402 when the balance is spent, 429
-        ``credits_busy`` when other turns in flight hold what is left."""
+    def reserve(self, prompt_tokens: int) -> None:
+        """Before a chat call whose prompt counts ``prompt_tokens``: hold its worst case
+        (:func:`worst_case`); 402 when the balance is spent, 429 ``credits_busy`` when other
+        turns in flight hold what is left."""
+        estimate = worst_case(self._settings, prompt_tokens, self._settings.llm_max_tokens)
         self._admission.reserve(self.balance, estimate, spent=self.spent)
 
     def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:

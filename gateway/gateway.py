@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from . import agent, hooks, retention, validation
-from .billing import CreditGuard, RateLimiter, period_of, worst_case
+from .billing import CreditGuard, RateLimiter, period_of
 from .commands import ChatCommand, index_commands
 from .config import Settings
 from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
@@ -278,13 +278,6 @@ class Gateway:
             return user
         return await self.store.roll_period(user.user_id, user.period, period, plan.credits,
                                             plan.browser_minutes)
-
-    def estimate_call(self, prompt_tokens: int, max_tokens: int | None = None) -> int:
-        """Worst-case credits of one provider call whose prompt counts ``prompt_tokens``: the
-        most usage billed for it (the bounds on reported usage; ``max_tokens`` defaults to
-        the configured one) at the configured model's price. A call never settles for more."""
-        return worst_case(self.settings, prompt_tokens,
-                          self.settings.llm_max_tokens if max_tokens is None else max_tokens)
 
     async def issue_token(self, user_id: str) -> str:
         """A new API token for the account; earlier tokens stop working."""
