@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
 
 from gateway import Gateway
 from gateway.app import build_app
-from gateway.config import Settings, load_settings
-from gateway.plugins import PluginManager, declared_settings, make_plugin_manager
+from gateway.config import Settings
+from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.plugin import GatewayHarness, ReplyRecorder
 from gateway.testing.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
 from gateway.testing.slack import TOKEN as SLACK_TOKEN
 from gateway.testing.slack import FakeSlack
@@ -37,11 +37,9 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def fake_llm() -> AsyncIterator[FakeLLM]:
-    server = FakeLLM()
-    await server.start()
-    yield server
-    await server.close()
+def fake_llm(cloudybot_fake_llm: FakeLLM) -> FakeLLM:
+    """The pytest kit's fake LLM (gateway.testing): this suite is built on the kit."""
+    return cloudybot_fake_llm
 
 
 @pytest.fixture
@@ -58,7 +56,8 @@ def _variable_text(value: Any) -> str:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, fake_llm: FakeLLM, pm: PluginManager) -> Callable[..., Settings]:
+def make_settings(data_dir: Path, fake_llm: FakeLLM,
+                  cloudybot_settings: Callable[..., Settings]) -> Callable[..., Settings]:
     """Settings in a temp data dir, talking to the fake LLM. Keyword arguments override: a
     core field by its name, a plugin's setting by its variable without ``CLOUDYBOT_``
     (``telegram_group_mode="all"``, ``llm_max_retries=0``; ``""`` unsets), read as the
@@ -66,23 +65,20 @@ def make_settings(tmp_path: Path, fake_llm: FakeLLM, pm: PluginManager) -> Calla
     def make(**overrides: Any) -> Settings:
         variables = {f"CLOUDYBOT_{key.upper()}": _variable_text(value)
                      for key, value in overrides.items() if key not in CORE_FIELDS}
-        base = load_settings(None, env={
-            "CLOUDYBOT_DATA_DIR": str(tmp_path / "data"),
-            "CLOUDYBOT_LLM_BASE_URL": fake_llm.url,
+        return cloudybot_settings({
+            "CLOUDYBOT_DATA_DIR": str(data_dir),
             "CLOUDYBOT_LLM_API_KEY": "sk-test-key",
-            "CLOUDYBOT_LLM_MODEL": "fake-model",
             "CLOUDYBOT_LLM_TIMEOUT_SECONDS": "5",
             **variables,
-        }, plugins=declared_settings(pm))
-        return dataclasses.replace(base, **{key: value for key, value in overrides.items()
-                                            if key in CORE_FIELDS})
+        }, **{key: value for key, value in overrides.items() if key in CORE_FIELDS})
     return make
 
 
 @pytest.fixture
-def pm() -> PluginManager:
-    """A fresh plugin manager with the installed plugins; tests may register more."""
-    return make_plugin_manager()
+def pm(cloudybot_plugins: PluginManager) -> PluginManager:
+    """The kit's plugin manager: the installed plugins (and its reply recorder); tests may
+    register more before starting a gateway."""
+    return cloudybot_plugins
 
 
 @pytest.fixture
@@ -95,11 +91,8 @@ def loop(pm: PluginManager) -> LoopChannel:
 
 
 @dataclasses.dataclass
-class Harness:
-    """A running gateway behind a test client, with helpers to make accounts and chat."""
-
-    gateway: Gateway
-    client: TestClient
+class Harness(GatewayHarness):
+    """The kit's harness, with helpers to make accounts and chat over the HTTP API."""
 
     async def user(self, user_id: str = "alice", **kwargs: Any) -> dict[str, str]:
         """Create an account; return its Authorization header."""
@@ -115,8 +108,8 @@ class Harness:
 
 @pytest.fixture
 def start_gateway(fake_llm: FakeLLM, aiohttp_client: Any,
-                  make_settings: Callable[..., Settings],
-                  pm: PluginManager) -> Callable[..., Awaitable[Harness]]:
+                  make_settings: Callable[..., Settings], pm: PluginManager,
+                  cloudybot_recorder: ReplyRecorder) -> Callable[..., Awaitable[Harness]]:
     """Start a gateway (settings overridable) and return a Harness.
 
     ``fake_llm`` comes first so that it is torn down last: the gateway stops (and drains its
@@ -125,7 +118,7 @@ def start_gateway(fake_llm: FakeLLM, aiohttp_client: Any,
     async def start(**overrides: Any) -> Harness:
         gateway = Gateway(make_settings(**overrides), pm)
         client = await aiohttp_client(await build_app(gateway))
-        return Harness(gateway, client)
+        return Harness(gateway, client, cloudybot_recorder)
     return start
 
 
@@ -137,13 +130,15 @@ def clock() -> Clock:
 
 @pytest.fixture
 def start_clocked(fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
-                  pm: PluginManager, clock: Clock) -> Callable[..., Awaitable[Harness]]:
+                  pm: PluginManager, clock: Clock,
+                  cloudybot_recorder: ReplyRecorder) -> Callable[..., Awaitable[Harness]]:
     """Like ``start_gateway``, on the test's ``clock`` and with no periodic purge unless asked;
     call it again for a restart on the same data."""
     async def start(**overrides: Any) -> Harness:
         settings = make_settings(**{"purge_interval_minutes": 0.0, **overrides})
         gateway = Gateway(settings, pm, clock=clock)
-        return Harness(gateway, await aiohttp_client(await build_app(gateway)))
+        return Harness(gateway, await aiohttp_client(await build_app(gateway)),
+                       cloudybot_recorder)
     return start
 
 

@@ -32,6 +32,7 @@ from gateway.sessions import (
     read_events,
 )
 from gateway.testing.fake_llm import FakeLLM, Scripted, tool_call_completion
+from gateway.testing.plugin import ReplyRecorder
 from tests.conftest import Harness
 
 IDLE_MINUTES = 30.0
@@ -66,7 +67,7 @@ async def start_with_clock(aiohttp_client: Any, settings: Settings, pm: PluginMa
     """A gateway on ``settings`` whose sessions use ``clock``, behind a test client."""
     gateway = Gateway(settings, pm, clock=clock)
     client = await aiohttp_client(await build_app(gateway))
-    return Harness(gateway, client)
+    return Harness(gateway, client, ReplyRecorder())
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import DeliveryFailed, DeliveryRetry
-from gateway.plugins import PluginManager
-from gateway.testing.plugin import GatewayHarness, ReplyRecorder
+from gateway.testing.plugin import GatewayHarness
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
 
@@ -16,12 +15,9 @@ StartGateway = Callable[..., Awaitable[Harness]]
 
 
 @pytest.fixture
-async def kit(pm: PluginManager, loop: LoopChannel,
-              start_gateway: StartGateway) -> GatewayHarness:
-    recorder = ReplyRecorder()
-    pm.register(recorder, name="kit-recorder")
-    harness = await start_gateway()
-    return GatewayHarness(harness.gateway, harness.client, recorder)
+async def kit(loop: LoopChannel, start_gateway: StartGateway) -> GatewayHarness:
+    """The suite's harness is the kit's (``GatewayHarness``), on the ``loop`` channel."""
+    return await start_gateway()
 
 
 async def test_exchange_returns_the_delivered_reply(kit: GatewayHarness,

@@ -1,13 +1,15 @@
 """pytest plugin for channel (and other) plugin authors; loaded through the ``pytest11`` entry
 point of the ``cloudybot`` distribution.
 
-Fixtures (all prefixed ``cloudybot_``):
+Fixtures (all prefixed ``cloudybot_``; the gateway's own test suite is built on them too):
 
 - ``cloudybot_fake_llm``: an OpenAI-compatible server on 127.0.0.1 that records requests and
   echoes ``echo: <last user message>`` (see :class:`gateway.testing.fake_llm.FakeLLM`);
-- ``cloudybot_start``: ``await cloudybot_start(**settings)`` starts a gateway with every
+- ``cloudybot_start``: ``await cloudybot_start(env, **settings)`` starts a gateway with every
   installed plugin, talking to the fake LLM, in a temporary data dir, behind an aiohttp test
-  client, and returns a :class:`GatewayHarness`.
+  client, and returns a :class:`GatewayHarness`;
+- ``cloudybot_plugins``: the plugin manager it uses (register a test double on it first),
+  ``cloudybot_settings``: the settings it builds, ``cloudybot_recorder``: delivered replies.
 
 ``GatewayHarness.exchange(send, channel=, message_id=)`` performs ``send()`` (for example a
 signed POST to your channel's webhook) and waits until the gateway delivered the reply to that
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,7 @@ from ..app import build_app
 from ..config import Settings, load_settings
 from ..gateway import Gateway
 from ..hookspecs import hookimpl
-from ..plugins import declared_settings, make_plugin_manager
+from ..plugins import PluginManager, declared_settings, make_plugin_manager
 from ..store import Delivery
 from .fake_llm import FakeLLM
 
@@ -132,25 +135,53 @@ async def cloudybot_fake_llm() -> AsyncIterator[FakeLLM]:
 
 
 @pytest.fixture
-def cloudybot_start(cloudybot_fake_llm: FakeLLM, aiohttp_client: Any,
-                    tmp_path: Path) -> Callable[..., Awaitable[GatewayHarness]]:
-    """Start a gateway with all installed plugins, talking to the fake LLM.
+def cloudybot_recorder() -> ReplyRecorder:
+    """The plugin that records every reply the test's gateways deliver."""
+    return ReplyRecorder()
 
-    ``env``: variables read as the gateway reads the environment (your plugin's
-    ``CLOUDYBOT_{NAME}_{KEY}`` settings, say); other keyword arguments override core settings
-    by field name (``summarize_at=4``)."""
-    async def start(env: Mapping[str, str] | None = None, **overrides: Any) -> GatewayHarness:
-        pm = make_plugin_manager()
-        base: Settings = load_settings(None, env={
+
+@pytest.fixture
+def cloudybot_plugins(cloudybot_recorder: ReplyRecorder) -> PluginManager:
+    """The plugin manager of the gateways ``cloudybot_start`` starts: every installed plugin
+    and the reply recorder. Register a test's own plugins (a test double) before starting."""
+    pm = make_plugin_manager()
+    pm.register(cloudybot_recorder, name="cloudybot-test-recorder")
+    return pm
+
+
+@pytest.fixture
+def cloudybot_settings(cloudybot_fake_llm: FakeLLM, cloudybot_plugins: PluginManager,
+                       tmp_path: Path) -> Callable[..., Settings]:
+    """Settings as ``cloudybot_start`` builds them: ``cloudybot_settings(env, **overrides)``,
+    in a temporary data dir, talking to the fake LLM; ``env`` holds variables read as the
+    gateway reads the environment, ``overrides`` replace core settings by field name."""
+    def build(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        base = load_settings(None, env={
             "CLOUDYBOT_DATA_DIR": str(tmp_path / "cloudybot-data"),
             "CLOUDYBOT_LLM_BASE_URL": cloudybot_fake_llm.url,
             "CLOUDYBOT_LLM_API_KEY": "sk-test",
             "CLOUDYBOT_LLM_MODEL": "fake-model",
             **(env or {}),
-        }, plugins=declared_settings(pm))
-        recorder = ReplyRecorder()
-        pm.register(recorder, name="cloudybot-test-recorder")
-        gateway = Gateway(dataclasses.replace(base, **overrides), pm)
+        }, plugins=declared_settings(cloudybot_plugins))
+        return dataclasses.replace(base, **overrides)
+    return build
+
+
+@pytest.fixture
+def cloudybot_start(cloudybot_fake_llm: FakeLLM, aiohttp_client: Any,
+                    cloudybot_settings: Callable[..., Settings],
+                    cloudybot_plugins: PluginManager,
+                    cloudybot_recorder: ReplyRecorder) -> Callable[..., Awaitable[GatewayHarness]]:
+    """Start a gateway with all installed plugins, talking to the fake LLM.
+
+    ``env``: variables read as the gateway reads the environment (your plugin's
+    ``CLOUDYBOT_{NAME}_{KEY}`` settings, say); ``clock``: the gateway's clock (epoch seconds),
+    for tests of time; other keyword arguments override core settings by field name
+    (``summarize_at=4``). Call it again to restart on the same data."""
+    async def start(env: Mapping[str, str] | None = None, *,
+                    clock: Callable[[], float] = time.time,
+                    **overrides: Any) -> GatewayHarness:
+        gateway = Gateway(cloudybot_settings(env, **overrides), cloudybot_plugins, clock=clock)
         client = await aiohttp_client(await build_app(gateway))
-        return GatewayHarness(gateway, client, recorder)
+        return GatewayHarness(gateway, client, cloudybot_recorder)
     return start
