@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from . import options
-from .errors import ConfigError
+from .errors import ConfigError, PluginError
 from .options import Declared, PluginSettings, declared, read_group, read_values, setting
 
 T = TypeVar("T")
@@ -269,8 +269,8 @@ def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSetting
         section, _, key = moved.partition(".")
         table = document.get(section)
         if table is not None and (not key or (isinstance(table, Mapping) and key in table)):
-            raise ConfigError(f"[{moved if not key else section}] {key or ''} has moved to "
-                              f"[{place}]".replace("  ", " "))
+            where = f"[{section}] {key}" if key else f"[{section}]"
+            raise ConfigError(f"{where} has moved to [{place}]")
     _no_unknown_keys(document, "the file", [*sections, *FREE_TABLES])
     for section, keys in sections.items():
         _no_unknown_keys(_table(document, section), section, keys)
@@ -291,7 +291,10 @@ def _plugin_values(document: Mapping[str, Any], env: Mapping[str, str],
     for plugin in plugins:
         if plugin.name in values:
             raise ConfigError(f"two plugins declare settings named {plugin.name!r}")
-        items = declared(plugin.schema, plugin.name)
+        try:
+            items = declared(plugin.schema, plugin.name)
+        except TypeError as exc:  # a plugin's declaration the gateway cannot read
+            raise PluginError(f"plugin settings {plugin.name!r}: {exc}") from None
         section = f"plugins.{plugin.name}"
         table = tables.get(plugin.name, {})
         if not isinstance(table, Mapping):

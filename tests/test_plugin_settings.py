@@ -195,3 +195,18 @@ def test_cloudybot_plugins_refuses_a_file_with_an_unknown_plugin_table(tmp_path:
     config.write_text('[plugins.telegramm]\ntoken = "x"\n', encoding="utf-8")
     line = assert_one_line_error(plugins_cli(tmp_path / "data", "--config", str(config)), 2)
     assert "[plugins.telegramm]" in line
+
+
+def test_a_declaration_the_gateway_cannot_read_is_a_plugin_error(pm: PluginManager) -> None:
+    @dataclass(frozen=True)
+    class Odd:
+        when: complex = setting(0j, "a type no parser reads")
+
+    class OddPlugin:
+        @hookimpl
+        def plugin_settings(self) -> PluginSettings:
+            return PluginSettings("odd", Odd)
+
+    pm.register(OddPlugin(), name="odd")
+    with pytest.raises(PluginError, match=r"plugin settings 'odd': .*no parser"):
+        load(pm)
