@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -239,22 +238,25 @@ async def test_edited_message_in_a_topic_stays_in_the_topic(
 async def test_retry_after_is_waited_for_as_told(
         monkeypatch: pytest.MonkeyPatch, tg: Harness, fake_telegram: FakeTelegramChats,
         fake_llm: FakeLLM, timedelta_mode: str) -> None:
-    """``retry_after`` 1 s is honoured both as int and as timedelta (PTB_TIMEDELTA=1).
-
-    The kit's own backoff is set to 30 s: only an honoured RetryAfter resends within the wait.
-    (``retry_after: 0`` would not do: PTB raises RetryAfter only for a truthy value.)
-    """
+    """``retry_after: 7`` is honoured both as int and as timedelta (PTB_TIMEDELTA=1): the
+    outbox waits what Telegram said (plus up to 10% jitter), not its own 30 s backoff. The
+    waits are recorded, not slept. (``retry_after: 0`` would not do: PTB raises RetryAfter
+    only for a truthy value.)"""
     monkeypatch.setenv("PTB_TIMEDELTA", timedelta_mode)
     tg.gateway.outbox.backoff_seconds = 30
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    tg.gateway.outbox.wait = record
     fake_telegram.fail_next["sendMessage"] = [(429, {
-        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
-        "parameters": {"retry_after": 1}})]
-    started = time.monotonic()
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 7",
+        "parameters": {"retry_after": 7}})]
     await post_update(tg, payload("tg_private_text.json"))
-    await until(lambda: len(fake_telegram.calls_to("sendMessage")) == 2, timeout=8)
-    assert time.monotonic() - started >= 0.9
     await tg.gateway.drain()
     assert fake_telegram.texts() == ["echo: Hi! What's on my list today?"] * 2
+    assert len(waits) == 1 and 7.0 <= waits[0] <= 7.7
     assert len(fake_llm.chat_requests) == 1
 
 
