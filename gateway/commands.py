@@ -78,10 +78,11 @@ def index_commands(commands: Iterable[ChatCommand]) -> dict[str, ChatCommand]:
 
 
 def help_text(commands: Mapping[str, ChatCommand]) -> str:
-    """Every command, once, with its usage and help line."""
+    """Every command, once, with its usage and help line, in the order plugins registered
+    them (the built-ins first: help, new, remember, forget, memory, usage)."""
     listed = {command.name: command for command in commands.values()}
     lines = [f"  {name}{' ' + command.usage if command.usage else ''} — {command.help}"
-             for name, command in sorted(listed.items())]
+             for name, command in listed.items()]
     return "\n".join([INTRO, *lines])
 
 

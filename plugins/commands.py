@@ -85,7 +85,7 @@ BUILT_IN = [
 ]
 
 
-@hookimpl
+@hookimpl(tryfirst=True)
 def register_commands(gateway: Gateway) -> list[ChatCommand]:
-    """Register the built-in commands."""
+    """Register the built-in commands (first: help lists them before plugins' ones)."""
     return list(BUILT_IN)

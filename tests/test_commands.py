@@ -55,6 +55,9 @@ async def test_telegram_routes_a_plugins_command_and_help_lists_it(
     assert answers[1].startswith("Sunny in nowhere")
     assert "weather [CITY] — today's weather" in answers[2]
     assert "remember KEY VALUE — pin a fact" in answers[2]  # the built-ins, listed alike
+    help_lines = [line.strip() for line in answers[2].splitlines()]
+    names = [line.split()[0] for line in help_lines if " — " in line]
+    assert names == ["help", "new", "remember", "forget", "memory", "usage", "weather", "roll"]
     assert fake_llm.requests == []
 
 
