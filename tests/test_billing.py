@@ -30,6 +30,8 @@ from gateway.tokens import load_encoding
 from tests.conftest import Harness
 from tests.helpers import Clock, assert_json_error, month_start
 
+StartGateway = Callable[..., Awaitable[Harness]]
+
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
 CALCULATOR_CALL = ("call_1", "calculator", '{"expression": "2+3"}')
@@ -584,3 +586,35 @@ async def test_plan_change_tops_up_at_once_and_never_takes_away(
     ledger = await assert_ledger_matches_balances(gateway, "alice")
     assert [row for row in ledger if row.kind == "plan_grant"] == [
         Charge("plan_grant", "", 0, 0, -19_900, -590)]
+
+
+async def test_a_call_that_answered_is_billed_when_a_later_round_fails(
+        start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway(llm_max_retries=0)
+    auth = await harness.user(credits=1000)
+    fake_llm.script = [
+        Scripted(body=tool_call_completion([("c1", "calculator", '{"expression": "1+1"}')],
+                                           None, 1500, 500)),
+        Scripted(status=500, body={"error": {"message": "down"}})]
+    response = await harness.chat(auth, "what is 1+1?")
+    assert response.status == 502
+    ledger = await harness.gateway.store.ledger("alice")
+    assert [(row.kind, row.prompt_tokens) for row in ledger] == [("grant", 0), ("chat", 1500)]
+    credits = await (await harness.client.get("/api/user/credits", headers=auth)).json()
+    assert credits["credits"] == 1000 - ledger[-1].credits
+
+
+async def test_tool_rounds_do_not_stack_their_own_worst_cases(
+        start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    # Each call's worst case is ~100 credits (1,000 max tokens at 100/1,000); each call really
+    # costs 1. Three calls must fit in 250 credits: the turn's earlier estimates are replaced by
+    # what it really spent, not added up.
+    harness = await start_gateway(prices={"default": Price(0.0, 100.0)},
+                                  llm_max_tokens=1000)
+    auth = await harness.user(credits=250)
+    call = tool_call_completion([("c1", "calculator", '{"expression": "2*3"}')], None, 10, 10)
+    fake_llm.script = [Scripted(body=call), Scripted(body=call),
+                       Scripted(body=completion("six", 10, 10))]
+    response = await harness.chat(auth, "2*3 twice?")
+    assert response.status == 200
+    assert (await response.json())["reply"] == "six"

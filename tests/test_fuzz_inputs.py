@@ -4,7 +4,7 @@ channels on against their fakes.
 
 Requests go over a raw socket, so header values are sent byte for byte. Only bytes the HTTP
 parser itself refuses before any gateway code runs are left out (control characters, CR, LF);
-those are tested, with what aiohttp logs about them, in test_input_hardening.py.
+those are tested, with what aiohttp logs about them, in test_untrusted_input.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gateway.testing.slack import SIGNING_SECRET, FakeSlack, sign
 from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from tests.conftest import Harness
-from tests.test_input_hardening import (
+from tests.test_untrusted_input import (
     QUERY,
     RawResponse,
     http_request,

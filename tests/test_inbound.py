@@ -8,6 +8,7 @@ import pytest
 
 from gateway import hookimpl
 from gateway.inbound import (
+    BAD_SENDER,
     EMPTY_REPLY,
     Command,
     DeliveryFailed,
@@ -22,6 +23,7 @@ from tests.fakes.loop import LoopChannel
 from tests.helpers import assert_json_error
 
 StartGateway = Callable[..., Awaitable[Harness]]
+
 
 
 class SentLog:
@@ -151,3 +153,13 @@ async def test_an_empty_model_answer_is_said_as_such_and_costs_nothing(
     auth = await harness.user("alice")
     fake_llm.script = [Scripted(body=completion(""))]
     await assert_json_error(await harness.chat(auth, "hello"), 502, "empty_reply")
+
+
+async def test_an_invalid_channel_sender_id_is_refused(
+        loop: LoopChannel, start_gateway: StartGateway, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway()
+    await harness.gateway.receive(loop.message("m1", "hi", sender="loop:a--b"))
+    await harness.gateway.drain()
+    assert loop.texts() == [BAD_SENDER]
+    assert fake_llm.requests == []
+    assert await harness.gateway.store.get_user("loop:a--b") is None

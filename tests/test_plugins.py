@@ -33,6 +33,7 @@ from gateway.tools import Tool
 from tests.conftest import Harness
 
 StartGateway = Callable[..., Awaitable[Harness]]
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BUILT_INS = {"dashboard": "channels.dashboard", "offline": "plugins.offline",
@@ -673,3 +674,17 @@ def test_a_hook_wrapper_is_refused_at_registration_with_a_clear_error(
     with pytest.raises(PluginError, match="turn_completed is a hook wrapper"):
         pm.register(Wrapping(), name="wrapping")
     assert pm.get_plugin("wrapping") is None
+
+
+async def test_a_prompt_plugin_returning_garbage_does_not_break_turns(
+        start_gateway: StartGateway, pm: PluginManager, fake_llm: FakeLLM) -> None:
+    class Broken:
+        @hookimpl
+        def prompt_sections(self) -> list[Any]:
+            return ["not a section", PromptSection(position="after_instructions", text="KEPT")]
+
+    pm.register(Broken(), name="broken")
+    harness = await start_gateway()
+    auth = await harness.user()
+    assert (await harness.chat(auth, "hi")).status == 200
+    assert "KEPT" in fake_llm.requests[-1].system_text

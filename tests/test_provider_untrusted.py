@@ -37,6 +37,7 @@ from tests.test_billing import (
 from tests.test_provider_openai import snapshot
 
 StartGateway = Callable[..., Awaitable[Harness]]
+
 AuthHeaders = dict[str, str]
 MAX_TOKENS = 1024  # the configured default
 DEFAULT_PRICE = Price(1.0, 3.0)  # what "fake-model" (not in the price table) costs
@@ -430,3 +431,14 @@ def test_json_nesting_is_measured_without_recursion() -> None:
     assert nests_deeper_than(deep_array(10**6), 64)
     assert not nests_deeper_than(json.dumps({"text": "[" * 100 + '\\"{' * 100}), 64)
     assert not nests_deeper_than("[" * 30 + "]" * 30 + "[" * 30 + "]" * 30, 64)
+
+
+async def test_provider_error_details_stay_in_the_log(start_gateway: StartGateway,
+                                                      fake_llm: FakeLLM) -> None:
+    harness = await start_gateway(llm_max_retries=0)
+    auth = await harness.user()
+    fake_llm.script = [Scripted(status=400, body={"error": {
+        "message": "org-internal-quota-id 4242 exceeded"}})]
+    response = await harness.chat(auth, "hi")
+    error = await assert_json_error(response, 502)
+    assert "4242" not in error["message"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway import PromptSection, TurnContext, hookimpl
 from gateway.commands import run_command
 from gateway.inbound import Command
 from gateway.plugins import PluginManager
@@ -36,6 +37,8 @@ from gateway.tools import ToolContext
 from tests.conftest import Harness
 from tests.helpers import assert_json_error
 from tests.test_agent_tools import register_tool
+
+StartGateway = Callable[..., Awaitable[Harness]]
 
 UMLAUT_PASSWORD = "Hunter2-Pässwörd"
 QUOTED_PASSWORD = 'Hunter2-"quoted"\\back\\slash'
@@ -341,3 +344,33 @@ async def test_a_password_inside_the_redaction_marker_is_refused(harness: Harnes
     response = await harness.client.put(CREDENTIALS, headers=auth, json={
         "site": "example.com", "username": "ada", "password": "redacted"})
     await assert_json_error(response, 400, "invalid_password")
+
+
+async def test_a_short_password_is_refused_so_redaction_cannot_shred_text(
+        harness: Harness) -> None:
+    auth = await harness.user()
+    response = await harness.client.put("/api/user/browser-credentials", headers=auth, json={
+        "site": "example.com", "username": "ada", "password": "e"})
+    await assert_json_error(response, 400, "invalid_password")
+    assert (await harness.chat(auth, "hello there")).status == 200
+    thread = await (await harness.client.get("/api/threads/t1", headers=auth)).json()
+    assert thread["messages"][0]["content"] == "hello there"
+
+
+async def test_plugins_see_the_message_with_saved_passwords_redacted(
+        start_gateway: StartGateway, pm: PluginManager) -> None:
+    seen: list[str] = []
+
+    class Watcher:
+        @hookimpl
+        def prompt_sections(self, turn: TurnContext) -> list[PromptSection]:
+            seen.append(turn.message)
+            return []
+
+    pm.register(Watcher(), name="watcher")
+    harness = await start_gateway()
+    auth = await harness.user()
+    await harness.client.put("/api/user/browser-credentials", headers=auth, json={
+        "site": "example.com", "username": "ada", "password": "correct-horse-9"})
+    assert (await harness.chat(auth, "my password is correct-horse-9")).status == 200
+    assert seen == ["my password is [redacted]"]

@@ -4,19 +4,25 @@ deleted with everything they hold; a dry run changes nothing; serve purges on it
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from gateway import hookimpl
 from gateway.config import Settings
+from gateway.plugins import PluginManager
 from gateway.retention import cutoffs, purge
+from gateway.sessions import Rotation
 from gateway.store import ExpiredThread, InboxEntry
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
 from tests.helpers import Clock
+
+StartGateway = Callable[..., Awaitable[Harness]]
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
@@ -288,3 +294,30 @@ async def test_serve_purges_expired_threads_on_its_own(
             await asyncio.sleep(0.02)
     await asyncio.wait_for(until_purged(), WAIT_SECONDS)
     await assert_gone(harness, auth, "t1")
+
+
+async def test_purge_tells_session_observers_and_sweeps_archives_of_deleted_threads(
+        start_clocked: StartGateway, pm: PluginManager, clock: Clock) -> None:
+    rotations: list[Rotation] = []
+
+    class Observer:
+        @hookimpl
+        def session_rotated(self, rotation: Rotation) -> None:
+            rotations.append(rotation)
+
+    pm.register(Observer(), name="observer")
+    harness = await start_clocked()
+    auth = await harness.user()
+    for thread in ("old", "gone"):
+        assert (await harness.chat(auth, "hi", thread=thread)).status == 200
+    assert (await harness.client.delete("/api/threads/gone", headers=auth)).status == 204
+    archived = list(harness.gateway.settings.sessions_dir.glob("archive/alice--gone.*"))
+    assert archived  # a delete archives the session
+    clock.advance(31 * 86400)  # past the free plan's 30 days, for both
+    for path in archived:  # the archive's age comes from the file, like the thread's
+        os.utime(path, (clock() - 31 * 86400, clock() - 31 * 86400))
+    report = await purge(harness.gateway)
+    assert [t.session_key for t in report.threads] == ["alice--old"]
+    assert report.orphans == 1
+    assert not any(path.exists() for path in archived)
+    assert [(r.key, r.reason) for r in rotations][-1] == ("alice--old", "purged")

@@ -309,3 +309,32 @@ async def test_stopping_the_gateway_delivers_queued_replies(
     await slack.client.close()  # stops the gateway while "one" is answered and "two" waits
     assert [c.params["text"] for c in fake_slack.calls_to("chat.postMessage")] == [
         "echo: one", "echo: two"]
+
+
+async def test_slack_signature_with_non_ascii_is_401_not_500(slack: Harness) -> None:
+    body = json.dumps({"type": "event_callback", "event": {}}).encode()
+    headers = {**sign(SIGNING_SECRET, body), "X-Slack-Signature": "v0=é" + "0" * 63}
+    response = await slack.client.post("/slack/events", data=body, headers=headers)
+    assert response.status == 401
+
+
+async def test_slack_new_behind_a_running_turn_is_acked_then_confirmed(
+        slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
+    channel = slack.gateway.channels["slack"]
+    channel.command_ack_seconds = 0.05  # type: ignore[attr-defined]
+    fake_llm.script = [Scripted(body=completion("slow answer"), delay=0.5)]
+    im = json.dumps({"type": "event_callback", "team_id": "T0G9PQBBK", "event_id": "EvSLOW",
+                     "event": {"type": "message", "channel_type": "im", "channel": "D0LAN2Q65",
+                               "user": "U061F7AUR", "text": "think hard",
+                               "ts": "1767225600.000900"}}).encode()
+    assert (await slack.client.post("/slack/events", data=im,
+                                    headers=sign(SIGNING_SECRET, im))).status == 200
+    await until(lambda: len(fake_llm.requests) == 1)
+    body = slash_command_body("new", "trigger-new-busy")
+    response = await slack.client.post("/slack/events", data=body, headers={
+        **sign(SIGNING_SECRET, body), "Content-Type": "application/x-www-form-urlencoded"})
+    assert response.status == 200
+    assert "Working on it" in await response.text()
+    [confirmation] = await fake_slack.wait_for("chat.postEphemeral", 1)
+    assert confirmation.params["text"].startswith("Started a new conversation")
+    await asyncio.wait_for(slack.gateway.drain(), 5)

@@ -31,8 +31,10 @@ from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.slack import SIGNING_SECRET, sign
 from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from tests.conftest import Harness
+from tests.helpers import assert_json_error
 
 StartGateway = Callable[..., Awaitable[Harness]]
+
 NOT_UTF8 = b"\xff\xfe"
 HUGE_INT = b"1" * 5000
 # Sample values for path parameters and the query parameters handlers read, so that a request
@@ -321,3 +323,27 @@ async def test_loose_modes_left_by_an_older_version_are_tightened_at_start(
         assert mode(directory) == 0o700, directory
     for path in (database, wal, key):
         assert mode(path) == 0o600, path
+
+
+@pytest.mark.parametrize("body", [
+    b'{"threadId": "t1", "message": "\\ud800 broken"}',
+    b'{"threadId": "t1", "message": "ok", "specialist": "\\udfff"}',
+])
+async def test_lone_surrogates_in_chat_are_400_not_500(harness: Harness, fake_llm: FakeLLM,
+                                                       body: bytes) -> None:
+    auth = await harness.user()
+    response = await harness.client.post("/chat", data=body, headers={
+        **auth, "Content-Type": "application/json"})
+    await assert_json_error(response, 400)
+    assert fake_llm.requests == []
+
+
+async def test_lone_surrogates_in_memory_and_specialists_are_400(harness: Harness) -> None:
+    auth = await harness.user()
+    headers = {**auth, "Content-Type": "application/json"}
+    response = await harness.client.put("/api/user/memory?threadId=t1", headers=headers,
+                                        data=b'{"key": "k", "value": "\\ud800"}')
+    await assert_json_error(response, 400)
+    response = await harness.client.put("/api/specialists/s", headers=headers,
+                                        data=b'{"instructions": "\\ud800"}')
+    await assert_json_error(response, 400)
