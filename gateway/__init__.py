@@ -10,7 +10,7 @@ in ``options``); and a few helpers channels share. ``gateway.testing`` is the py
 from __future__ import annotations
 
 from . import options
-from .commands import ChatCommand, CommandContext, slash_command
+from .commands import ChatCommand, Command, CommandContext, slash_command
 from .errors import (
     BadRequest,
     ConfigError,
@@ -29,7 +29,7 @@ from .errors import (
 )
 from .gateway import Gateway
 from .hookspecs import hookimpl
-from .inbound import Command, DeliveryFailed, DeliveryRetry, InboundMessage
+from .inbound import DeliveryFailed, DeliveryRetry, InboundMessage
 from .interfaces import (
     Attachment,
     Channel,

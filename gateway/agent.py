@@ -376,12 +376,12 @@ async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
     prompt = await _prompt(gw, turn, state, message, credentials, new_session, images)
     bill = TurnBill(gw.settings, admission, balance)
     run = _AgentRun()
-    reply, written, stored = await _run_and_commit(gw, turn, ref, inbound, prompt, secrets,
-                                                   bill, run, on_text)
+    reply, written, new_messages = await _run_and_commit(gw, turn, ref, inbound, prompt,
+                                                         secrets, bill, run, on_text)
     spent = bill.settle()
     _append_session(gw, ref, turn.message, reply, written, run, bill, rotation)
     await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
-    pending = _summary_due(gw, ref, secrets, state, [*state.messages, *stored],
+    pending = _summary_due(gw, ref, secrets, state, written, new_messages,
                            credits=balance - spent)
     result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
                         summarized=pending is not None, session_rotated=new_session)
@@ -403,9 +403,9 @@ async def _run_and_commit(gw: Gateway, turn: TurnContext, ref: ThreadRef,
                           inbound: ChannelMessage | None, prompt: Prompt,
                           secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
                           on_text: TextSink | None,
-                          ) -> tuple[str, TurnWritten, list[StoredMessage]]:
+                          ) -> tuple[str, TurnWritten, list[NewMessage]]:
     """The agent's calls, then the turn in one transaction: the reply, the ids written and
-    the two messages as stored. On any failure nothing of the turn is stored, but the calls
+    the two messages written. On any failure nothing of the turn is stored, but the calls
     that did answer (a chat call before a failed tool round) are still charged."""
     try:
         await _run_agent(gw, turn, prompt, secrets, bill, run, on_text)
@@ -423,9 +423,7 @@ async def _run_and_commit(gw: Gateway, turn: TurnContext, ref: ThreadRef,
             await gw.store.record_charges(turn.user_id, ref.session_key, bill.charges)
         bill.settle()
         raise
-    stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
-              for message_id, new in zip(written.message_ids, new_messages, strict=True)]
-    return reply, written, stored
+    return reply, written, new_messages
 
 
 def _append_session(gw: Gateway, ref: ThreadRef, stored_message: str, reply: str,
@@ -446,16 +444,20 @@ def _append_session(gw: Gateway, ref: ThreadRef, stored_message: str, reply: str
 
 
 def _summary_due(gw: Gateway, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
-                 messages: list[StoredMessage], credits: int) -> PendingSummary | None:
-    """The summarization this turn makes due, if rolling memory reached SUMMARIZE_AT. Under
-    the turn lock nobody else adds to this thread: the count needs no query."""
-    if len(messages) < gw.settings.summarize_at:
+                 written: TurnWritten, new_messages: list[NewMessage],
+                 credits: int) -> PendingSummary | None:
+    """The summarization this turn makes due, if rolling memory (what the turn read plus what
+    it wrote) reached SUMMARIZE_AT. Under the turn lock nobody else adds to this thread: the
+    count needs no query."""
+    if len(state.messages) + len(written.message_ids) < gw.settings.summarize_at:
         return None
+    stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
+              for message_id, new in zip(written.message_ids, new_messages, strict=True)]
     thread = state.thread
     return PendingSummary(ref, state.user.user_id, secrets,
                           summary=thread.summary if thread else "",
                           version=thread.summary_version if thread else 0,
-                          messages=messages, credits=credits)
+                          messages=[*state.messages, *stored], credits=credits)
 
 
 async def summarize(gw: Gateway, pending: PendingSummary) -> bool:

@@ -19,13 +19,21 @@ from .errors import PluginError
 
 if TYPE_CHECKING:
     from .gateway import Gateway
-    from .inbound import Command
     from .store import ThreadRef, User
 
 # Telegram's rule for a bot command, which every channel can then spell.
 COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 SLASH = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
 INTRO = "I'm CloudyBot. Just write to me; I remember this conversation.\nCommands:"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A chat command as a channel hands it over: ``/remember name Ada`` is
+    ``Command("remember", "name Ada")``."""
+
+    name: str
+    argument: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,6 @@ def help_text(commands: Mapping[str, ChatCommand]) -> str:
 def slash_command(text: str, commands: Mapping[str, ChatCommand]) -> Command | None:
     """``/name args`` as a command when ``name`` is registered (any case); None otherwise,
     so that a message such as ``/etc/hosts is missing`` stays a message."""
-    from .inbound import Command
-
     match = SLASH.fullmatch(text.strip())
     if match is None or match.group(1).lower() not in commands:
         return None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import validation
 from .billing import RateLimiter, period_of
-from .commands import run_command
+from .commands import Command, run_command
 from .errors import (
     BadRequest,
     EmptyReply,
@@ -78,14 +78,6 @@ SOMETHING_BROKE = "Sorry, something went wrong on my side. Please try again in a
 BAD_SENDER = "Sorry, I cannot take messages from this sender id."
 SLOW_DOWN = ("You are sending messages faster than your plan allows. "
              "Please wait {seconds} s and send that again.")
-
-
-@dataclass(frozen=True)
-class Command:
-    """A chat command: ``/remember name Ada`` is ``Command("remember", "name Ada")``."""
-
-    name: str
-    argument: str = ""
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,15 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | No
     return head, await reader.readexactly(length)
 
 
+def replying(reply: bytes) -> Handler:
+    """A raw handler that reads one request and answers ``reply`` as it is, whatever it is."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+    return handle
+
+
 def answer(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
     """A response with Content-Length; ``headers`` as ``Name: value`` strings."""
     head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}",
@@ -551,12 +560,7 @@ async def test_a_reader_that_lags_pauses_the_socket_and_then_gets_every_line(
 ])
 async def test_a_malformed_or_cut_head_is_connection_failed(make_client: MakeClient,
                                                             reply: bytes) -> None:
-    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-
-    async with RawServer(broken).running() as url:
+    async with RawServer(replying(reply)).running() as url:
         client = make_client(url)
         with pytest.raises(ConnectionFailed):
             async with client.post("/x", BODY):
@@ -572,12 +576,7 @@ async def test_a_malformed_or_cut_head_is_connection_failed(make_client: MakeCli
 ])
 async def test_a_cut_or_malformed_body_is_connection_failed(make_client: MakeClient,
                                                             reply: bytes) -> None:
-    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-
-    async with RawServer(broken).running() as url:
+    async with RawServer(replying(reply)).running() as url:
         client = make_client(url)
         async with client.post("/x", BODY) as response:
             with pytest.raises(ConnectionFailed):
@@ -799,13 +798,7 @@ def responses(draw: st.DrawFn) -> bytes:
 @given(reply=responses(), as_lines=st.booleans())
 async def test_any_answer_from_the_server_is_a_response_or_an_http_client_error(
         reply: bytes, as_lines: bool) -> None:
-    async def reply_and_close(reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-
-    async with RawServer(reply_and_close).running() as url:
+    async with RawServer(replying(reply)).running() as url:
         client = HTTPClient(url, max_body_bytes=100, max_line_bytes=50, max_head_bytes=200)
         try:
             async with asyncio.timeout(10), client.post("/x", BODY) as response:
