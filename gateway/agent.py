@@ -36,7 +36,7 @@ from .interfaces import (
     TurnContext,
 )
 from .prompt import Credential, Prompt, PromptInputs, assemble
-from .secrets import open_credentials, redact, redact_structure
+from .secrets import open_credentials, redact, redact_chat_message
 from .sessions import Rotation, ToolExchange
 from .store import (
     ChannelMessage,
@@ -108,7 +108,7 @@ class _AgentRun:
                count: Callable[[dict[str, Any]], int]) -> None:
         """Keep a tool round for the session file, counted once: what is stored and replayed
         never holds a saved password, not even in a call's arguments."""
-        stored = [_redact_message(message, secrets) for message in messages]
+        stored = [redact_chat_message(message, secrets) for message in messages]
         self.exchange += stored
         self.exchange_tokens += sum(count(message) for message in stored)
 
@@ -258,16 +258,6 @@ def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
         shown = redact(written, secrets)
         await on_text(shown[:max(0, len(shown) - held)])
     return add
-
-
-def _redact_message(message: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
-    """A copy of a chat message with saved passwords redacted in every field, in any encoding.
-
-    Tool-call arguments and JSON tool results are decoded, redacted and encoded again, so they
-    stay valid JSON and an escaped password (``\\u00e4``, ``\\"``) is found as well.
-    """
-    copy: dict[str, Any] = redact_structure(message, secrets)
-    return copy
 
 
 def _session_events(stored_message: str, reply: str, message_ids: list[int],

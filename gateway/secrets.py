@@ -92,7 +92,7 @@ class SecretBox:
 
 
 # --- redaction -----------------------------------------------------------------------------------
-# A saved password must not survive in any encoding the gateway reads or writes . One
+# A saved password must not survive in any encoding the gateway reads or writes. One
 # regular expression per set of secrets finds, for each secret:
 #
 # * every JSON-escaped spelling, character by character: raw, ``\uXXXX`` in either case (a
@@ -109,7 +109,8 @@ class SecretBox:
 #   base64 broken by line breaks inside the secret's span (MIME), which the gateway never writes.
 #
 # A match is replaced by ``[redacted]``. Structures (tool arguments, tool results, messages) are
-# redacted after decoding and before encoding, so JSON stays valid and keys are covered as well.
+# redacted after decoding and before encoding, so JSON stays valid and keys are covered as well;
+# a chat message's own scaffolding (its keys, its role) is the protocol's and is left as it is.
 
 _JSON_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n",
                        "\r": "r", "\t": "t"}
@@ -201,6 +202,32 @@ class Redactor:
             return [self.structure(item) for item in value]
         return value
 
+    def chat_message(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a chat message the gateway wrote (a tool call or a tool result) with the
+        secrets redacted in what came from outside it: the content, each call's id, name and
+        arguments, a result's call id. The message's own keys and its role are the protocol's,
+        not anybody's words, and stay: a password that happens to be ``tool_calls`` or
+        ``assistant`` cannot take the exchange apart."""
+        copy = dict(message)
+        for key in ("content", "tool_call_id"):
+            if key in copy:
+                copy[key] = self.structure(copy[key])
+        if isinstance(copy.get("tool_calls"), list):
+            copy["tool_calls"] = [self._tool_call(call) for call in copy["tool_calls"]]
+        return copy
+
+    def _tool_call(self, call: Any) -> Any:
+        if not isinstance(call, dict):
+            return self.structure(call)
+        copy = dict(call)
+        if "id" in copy:
+            copy["id"] = self.structure(copy["id"])
+        function = copy.get("function")
+        if isinstance(function, dict):
+            copy["function"] = {key: self.structure(value) if key in ("name", "arguments")
+                                else value for key, value in function.items()}
+        return copy
+
     def _string(self, text: str) -> str:
         # Looked at as encoded, delimiters included: a password may begin or end with a quote.
         if not self.contains(json.dumps(text)):
@@ -240,9 +267,10 @@ def redact(text: str, secrets_: Iterable[str]) -> str:
     return redactor_for(secrets_).text(text)
 
 
-def redact_structure(value: Any, secrets_: Iterable[str]) -> Any:
-    """A copy of a decoded JSON structure with each secret redacted in every string and key."""
-    return redactor_for(secrets_).structure(value)
+def redact_chat_message(message: Mapping[str, Any], secrets_: Iterable[str]) -> dict[str, Any]:
+    """A chat message with each secret redacted in what came from outside (see
+    :meth:`Redactor.chat_message`), its protocol keys intact."""
+    return redactor_for(secrets_).chat_message(message)
 
 
 def redact_json_text(text: str, secrets_: Iterable[str]) -> str:

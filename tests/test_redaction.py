@@ -28,8 +28,8 @@ from gateway.secrets import (
     REDACTED,
     Redactor,
     redact,
+    redact_chat_message,
     redact_json_text,
-    redact_structure,
     redactor_for,
 )
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
@@ -132,23 +132,55 @@ def test_tool_arguments_come_out_valid_json_without_the_password(
     assert_no_form(password, json.loads(text))
 
 
-@PROPERTY
-@given(case=with_password(), ensure_ascii=st.booleans())
-def test_a_tool_exchange_redacted_as_a_structure_holds_no_form_of_the_password(
-        case: tuple[str, Any], ensure_ascii: bool) -> None:
-    password, value = case
-    encoded = json.dumps(value, ensure_ascii=ensure_ascii)
-    exchange = [
+def _exchange(password: str, encoded: str) -> list[dict[str, Any]]:
+    """A tool round as the agent keeps it: the model's call and the tool's result."""
+    return [
         {"role": "assistant", "content": f"calling with {password}", "tool_calls": [
             {"id": "c1", "type": "function",
              "function": {"name": "browser", "arguments": encoded}}]},
         {"role": "tool", "tool_call_id": "c1", "content": encoded},
     ]
-    redacted = redact_structure(exchange, [password])
-    assert_no_form(password, redacted)
-    # as the session file writes it: each event once more as JSON
-    assert leaked(password, *(json.dumps(m, ensure_ascii=False) for m in redacted)) == []
+
+
+def _outside_values(exchange: list[dict[str, Any]]) -> list[Any]:
+    """What in a tool round came from the model or a tool, not from the protocol."""
+    call, result = exchange
+    parts = call["tool_calls"][0]
+    return [call["content"], parts["id"], parts["function"]["name"],
+            parts["function"]["arguments"], result["tool_call_id"], result["content"]]
+
+
+@PROPERTY
+@given(case=with_password(), ensure_ascii=st.booleans())
+def test_a_tool_exchange_redacted_as_chat_messages_holds_no_form_of_the_password(
+        case: tuple[str, Any], ensure_ascii: bool) -> None:
+    password, value = case
+    encoded = json.dumps(value, ensure_ascii=ensure_ascii)
+    redacted = [redact_chat_message(m, [password]) for m in _exchange(password, encoded)]
+    for outside in _outside_values(redacted):
+        assert_no_form(password, outside)
     assert json.loads(redacted[0]["tool_calls"][0]["function"]["arguments"]) is not None
+    # the protocol's scaffolding is never mistaken for the password
+    assert [m["role"] for m in redacted] == ["assistant", "tool"]
+    assert list(redacted[0]) == ["role", "content", "tool_calls"]
+    assert list(redacted[0]["tool_calls"][0]) == ["id", "type", "function"]
+    assert list(redacted[0]["tool_calls"][0]["function"]) == ["name", "arguments"]
+    assert list(redacted[1]) == ["role", "tool_call_id", "content"]
+
+
+@pytest.mark.parametrize("password", ["tool_cal", "function", "assistant", "arguments",
+                                      "tool_call_id"])
+def test_a_password_that_is_a_protocol_word_leaves_the_exchange_whole(password: str) -> None:
+    # Hypothesis once drew "tool_cal": redacting keys turned "tool_calls" into "[redacted]s"
+    # and the committed turn then failed writing its session events.
+    arguments = json.dumps({"password": password})
+    redacted = [redact_chat_message(m, [password]) for m in _exchange(password, arguments)]
+    call = redacted[0]["tool_calls"][0]
+    assert call["type"] == "function"
+    assert call["function"]["name"] == "browser"
+    assert json.loads(call["function"]["arguments"]) == {"password": REDACTED}
+    assert redacted[0]["content"] == f"calling with {REDACTED}"
+    assert json.loads(redacted[1]["content"]) == {"password": REDACTED}
 
 
 @PROPERTY
@@ -276,6 +308,36 @@ async def test_a_tool_called_with_the_password_leaks_it_nowhere(
     replayed = [m for m in fake_llm.chat_requests[-1].messages if m["role"] != "system"]
     assert any(m.get("tool_calls") for m in replayed)
     assert_no_form(password, replayed)
+
+
+@pytest.mark.parametrize("password", ["function", "assistant", "tool_calls"])
+async def test_a_password_that_is_a_protocol_word_still_lets_tool_turns_complete(
+        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager, data_dir: Path,
+        password: str) -> None:
+    async def echo(arguments: dict[str, Any], context: ToolContext) -> Any:
+        return {"echo": arguments["text"]}
+
+    register_tool(pm, "echo", echo)
+    harness = await start_gateway()
+    auth = await harness.user()
+    await save_password(harness, auth, password)
+    fake_llm.script += [
+        Scripted(body=tool_call_completion([("c1", "echo", json.dumps({"text": password}))])),
+        Scripted(body=completion("Echoed."))]
+
+    first = await harness.chat(auth, "echo my password")
+    assert first.status == 200, await first.text()
+    second = await harness.chat(auth, "and now?")  # replays the stored tool exchange
+    assert second.status == 200, await second.text()
+
+    events = [json.loads(line) for text in session_texts(data_dir) for line in text.splitlines()]
+    calls = [c for e in events if e.get("type") == "tool_calls" for c in e["calls"]]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("echo", {"text": REDACTED})]
+    results = [json.loads(e["content"]) for e in events if e.get("type") == "tool_result"]
+    assert results == [{"echo": REDACTED}]
+    replayed = [m for m in fake_llm.chat_requests[-1].messages if m["role"] != "system"]
+    assert [m["role"] for m in replayed] == ["user", "assistant", "tool", "assistant", "user"]
 
 
 # --- 400 contains_secret -------------------------------------------------------------------------
