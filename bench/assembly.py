@@ -50,7 +50,7 @@ async def inprocess_turns(tmp: Path, turns: int) -> tuple[float, float]:
     pm = make_plugin_manager()
     pm.register(inprocess, name="inprocess")
     async with Gateway(settings, pm) as gateway:
-        await gateway.add_user("bench", plan="team", credits=10**9)
+        await gateway.accounts.add_user("bench", plan="team", credits=10**9)
         refs: list[ThreadRef] = [await gateway.resolve_thread("bench", f"t{i}")
                                  for i in range(4)]
         for ref in refs:

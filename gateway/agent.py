@@ -1,4 +1,4 @@
-"""One chat turn, and the summarization it may trigger.
+"""One chat turn, and the summarization it may trigger: :class:`Agent`.
 
 rotate the session if due → load (one store call) → assemble the prompt → provider call, and
 tool rounds while the model asks for tools → commit (one transaction) → append the session
@@ -14,34 +14,38 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import hooks
+from .accounts import Accounts
 from .billing import (
     Admission,
+    CreditGuard,
     CreditsBusy,
+    RateLimiter,
     TurnBill,
     UsageBounds,
     charge_for,
     shown,
     worst_case,
 )
+from .config import Settings
 from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
+from .hooks import PluginHooks
 from .interfaces import (
     Completion,
     CompletionRequest,
     Image,
-    PromptSection,
+    Provider,
     TextSink,
     TurnContext,
 )
 from .prompt import Credential, Prompt, PromptInputs, assemble
-from .secrets import open_credentials, redact, redact_chat_message
-from .sessions import Rotation, ToolExchange
+from .secrets import SecretBox, open_credentials, redact, redact_chat_message
+from .sessions import Rotation, SessionStore, ToolExchange
 from .store import (
     ChannelMessage,
     NewMessage,
-    SecretRecord,
+    Store,
     StoredMessage,
     SummaryCommit,
     ThreadRef,
@@ -50,10 +54,8 @@ from .store import (
     TurnWritten,
 )
 from .summaries import accept_summary, fold_point, summary_request
-from .tools import ToolCall, ToolContext, run_tool
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
+from .tokens import TokenCounter
+from .tools import Toolbox, ToolCall, ToolContext
 
 log = logging.getLogger(__name__)
 # What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's
@@ -113,130 +115,369 @@ class _AgentRun:
         self.exchange_tokens += sum(count(message) for message in stored)
 
 
-def _decrypt(gw: Gateway, user_id: str, records: list[SecretRecord]) -> list[Credential]:
-    return open_credentials(gw.secret_box, user_id, records)
+@dataclass(frozen=True)
+class Agent:
+    """Runs chat turns and the summarizations they make due, with exactly what they use (the
+    gateway builds it when it starts). The caller holds the thread's turn lock."""
 
+    settings: Settings
+    store: Store
+    provider: Provider
+    counter: TokenCounter
+    sessions: SessionStore
+    secret_box: SecretBox
+    toolbox: Toolbox
+    hooks: PluginHooks
+    accounts: Accounts
+    credit_guard: CreditGuard
+    rate_limiter: RateLimiter
 
-async def _call_provider(gw: Gateway, request: CompletionRequest,
-                         on_text: TextSink | None = None) -> Completion:
-    """One provider call, streamed into ``on_text`` when given. Whatever a provider plugin
-    returns is checked: anything but text and well-formed tool calls is a 502 now, not a crash
-    later in the turn."""
-    completion = await (gw.provider.complete(request) if on_text is None
-                        else gw.provider.stream(request, on_text))
-    if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
-            or not isinstance(completion.tool_calls, tuple) \
-            or not all(_well_formed(call) for call in completion.tool_calls):
-        raise ProviderError(f"provider {gw.provider.name!r} returned no completion")
-    return completion
+    # --- the turn -------------------------------------------------------------------------
+    async def run_turn(self, user_id: str, ref: ThreadRef, message: str,
+                       specialist: str | None, inbound: ChannelMessage | None = None,
+                       on_text: TextSink | None = None, images: Sequence[Image] = (),
+                       ) -> tuple[TurnResult, PendingSummary | None]:
+        """Run one turn; return its result and any summarization due. ``on_text`` receives
+        the reply as it is written (see :meth:`_run_agent`); ``images`` go to the model with
+        the message, never into memory or the transcript."""
+        with self.credit_guard.admit(user_id) as admission:  # before the balance is read
+            state = await self.store.load_turn(ref, user_id, specialist)
+            user = await self.accounts.current_user(state.user)
+            if specialist is not None and state.specialist_instructions is None:
+                raise NotFound(f"no specialist named {specialist!r}",
+                               code="specialist_not_found")
+            plan = self.settings.plans.get(user.plan)
+            self.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
+            admission.require(user.credits)  # 402 if spent; 429 if other turns hold the rest
+            return await self._answer(user_id, ref, message, specialist, inbound, state,
+                                      user.credits, admission, on_text, images)
+
+    async def _answer(self, user_id: str, ref: ThreadRef, message: str,
+                      specialist: str | None, inbound: ChannelMessage | None,
+                      state: TurnState, balance: int, admission: Admission,
+                      on_text: TextSink | None = None, images: Sequence[Image] = (),
+                      ) -> tuple[TurnResult, PendingSummary | None]:
+        """The turn after admission: session, prompt, agent and commit, session file,
+        observers, and the summarization it makes due."""
+        rotation, new_session = await self._begin_session(ref, state)
+        credentials = open_credentials(self.secret_box, user_id, state.credentials)
+        secrets = tuple(credential.password for credential in credentials)
+        # Plugins see the message as it is stored: a password the user typed stays hidden.
+        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel,
+                           redact(message, secrets), specialist)
+        prompt = await self._prompt(turn, state, message, credentials, new_session, images)
+        bill = TurnBill(self.settings, admission, balance)
+        run = _AgentRun()
+        reply, written, new_messages = await self._run_and_commit(turn, ref, inbound, prompt,
+                                                                  secrets, bill, run, on_text)
+        spent = bill.settle()
+        self._append_session(ref, turn.message, reply, written, run, bill, rotation)
+        await self.hooks.turn_completed(turn, reply)
+        pending = self._summary_due(ref, secrets, state, written, new_messages,
+                                    credits=balance - spent)
+        result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
+                            summarized=pending is not None, session_rotated=new_session)
+        return result, pending
+
+    async def _begin_session(self, ref: ThreadRef,
+                             state: TurnState) -> tuple[Rotation | None, bool]:
+        """Rotate the session if due; return the rotation and whether this turn starts a new
+        session. A conversation with history but no session file starts one, whether it
+        rotated just now or earlier (``cloudybot sessions rotate``,
+        rotate_session_if_needed)."""
+        rotation, active = await self.sessions.begin_turn(ref.session_key)
+        new_session = rotation is not None or (
+            not active and state.thread is not None
+            and bool(state.messages or state.thread.summary))
+        return rotation, new_session
+
+    async def _prompt(self, turn: TurnContext, state: TurnState, message: str,
+                      credentials: list[Credential], new_session: bool,
+                      images: Sequence[Image]) -> Prompt:
+        """The turn's prompt: the plugins' sections, then assembly under MAX_CONTEXT (the
+        pictures counted too)."""
+        settings = self.settings
+        specialist = turn.specialist
+        return assemble(
+            PromptInputs(
+                instructions=settings.system_prompt,
+                model=settings.llm_model,
+                pinned=state.pinned,
+                specialist=(specialist, state.specialist_instructions)
+                if specialist and state.specialist_instructions else None,
+                summary=state.thread.summary if state.thread else "",
+                credentials=credentials,
+                session_rotated=new_session,
+                sections=await self.hooks.prompt_sections(turn),
+                recent=state.messages,
+                user_message=message,
+                user_tokens=self.counter.count(message) + IMAGE_TOKENS * len(images),
+                user_images=tuple(image.data_url() for image in images),
+                exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id)
+                if state.messages else {},
+                reserved_tokens=self.toolbox.schema_tokens,
+            ),
+            self.counter,
+            settings.max_context,
+        )
+
+    async def _run_and_commit(self, turn: TurnContext, ref: ThreadRef,
+                              inbound: ChannelMessage | None, prompt: Prompt,
+                              secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
+                              on_text: TextSink | None,
+                              ) -> tuple[str, TurnWritten, list[NewMessage]]:
+        """The agent's calls, then the turn in one transaction: the reply, the ids written
+        and the two messages written. On any failure nothing of the turn is stored, but the
+        calls that did answer (a chat call before a failed tool round) are still charged."""
+        try:
+            await self._run_agent(turn, prompt, secrets, bill, run, on_text)
+            reply = redact(run.text, secrets).strip()
+            if not reply:
+                bill.refund_last()  # an empty answer is a failed call: not charged
+                raise EmptyReply("the model returned an empty answer")
+            new_messages = [
+                NewMessage("user", turn.message, self.counter.count(turn.message)),
+                NewMessage("assistant", reply, self.counter.count(reply))]
+            written = await self.store.commit_turn(TurnCommit(
+                ref=ref, billed_user=turn.user_id, messages=new_messages,
+                charges=bill.charges, inbound=inbound))
+        except BaseException:
+            if bill.charges:
+                await self.store.record_charges(turn.user_id, ref.session_key, bill.charges)
+            bill.settle()
+            raise
+        return reply, written, new_messages
+
+    def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
+                        written: TurnWritten, run: _AgentRun, bill: TurnBill,
+                        rotation: Rotation | None) -> None:
+        """The turn's events at the end of its session file (tool exchange kept for
+        replay)."""
+        reply_id = written.message_ids[-1]
+        exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
+            if run.exchange else None
+        try:
+            self.sessions.append(ref.session_key, ref.user_id, ref.thread_id,
+                                 _session_events(stored_message, reply, written.message_ids,
+                                                 run, bill, rotation),
+                                 exchange)
+        except OSError:
+            # The turn is committed; only its tool state is lost, as a rotation would lose it.
+            log.exception("cannot append to the session file of %s", ref.session_key)
+
+    def _summary_due(self, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
+                     written: TurnWritten, new_messages: list[NewMessage],
+                     credits: int) -> PendingSummary | None:
+        """The summarization this turn makes due, if rolling memory (what the turn read plus
+        what it wrote) reached SUMMARIZE_AT. Under the turn lock nobody else adds to this
+        thread: the count needs no query."""
+        if len(state.messages) + len(written.message_ids) < self.settings.summarize_at:
+            return None
+        stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
+                  for message_id, new in zip(written.message_ids, new_messages, strict=True)]
+        thread = state.thread
+        return PendingSummary(ref, state.user.user_id, secrets,
+                              summary=thread.summary if thread else "",
+                              version=thread.summary_version if thread else 0,
+                              messages=[*state.messages, *stored], credits=credits)
+
+    # --- the agent loop ----------------------------------------------------------------------
+    async def _run_agent(self, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
+                         bill: TurnBill, run: _AgentRun,
+                         on_text: TextSink | None = None) -> None:
+        """Call the provider; while it asks for tools, run them and call again (bounded).
+
+        With ``on_text``, each call streams: ``on_text`` gets the text of the answer being
+        written so far (redacted), growing; a round that ends in tool calls is followed by a
+        new answer, which starts again from its first piece.
+
+        Each call first reserves its worst case: with nothing left, the first call is a 402 (a
+        429 ``credits_busy`` if other turns only hold what is left) and a later (tool) round
+        ends the turn with a message. When tool results no longer fit under MAX_CONTEXT, the
+        oldest history units go first; only when none is left does the agent stop.
+        """
+        settings = self.settings
+        context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
+        live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
+        live_tokens = 0  # of live_exchange, counted once as each round adds to it
+        for round_number in range(settings.max_tool_rounds + 1):
+            prompt_tokens = prompt.prompt_tokens + live_tokens
+            try:
+                bill.reserve(prompt_tokens)
+            except (PaymentRequired, CreditsBusy) as refusal:
+                if round_number == 0:
+                    raise
+                run.text = OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
+                    else CREDITS_HELD_MIDWAY
+                return
+            completion = await self._call_provider(CompletionRequest(
+                prompt.messages + live_exchange, settings.llm_model, settings.llm_max_tokens,
+                tools=self.toolbox.schemas),
+                _growing(on_text, secrets) if on_text is not None else None)
+            used_prompt, used_completion = self._usage(completion, prompt_tokens,
+                                                       settings.llm_max_tokens)
+            run.prompt_tokens += used_prompt
+            run.completion_tokens += used_completion
+            bill.charge("chat" if round_number == 0 else "tool_round", completion.model,
+                        used_prompt, used_completion)
+            if not completion.tool_calls:
+                run.text = completion.text
+                return
+            if round_number == settings.max_tool_rounds:
+                break
+            added = await self._tool_round(completion, context, secrets)
+            live_exchange += added
+            live_tokens += sum(self.counter.chat_message(m) for m in added)
+            run.record(added, secrets, self.counter.chat_message)
+            while prompt.prompt_tokens + live_tokens > settings.max_context:
+                if not prompt.drop_oldest():
+                    run.text = ("I had to stop: the tool results no longer fit in my context "
+                                "window. Ask again with a narrower request.")
+                    return
+        run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
+                    "reaching an answer. Ask again, perhaps more specifically.")
+
+    async def _tool_round(self, completion: Completion, context: ToolContext,
+                          secrets: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Run the tool calls of ``completion``: the model's call message and the results, as
+        chat messages for the next call (results redacted: a tool may echo a saved
+        password)."""
+        call_message: dict[str, Any] = {
+            "role": "assistant", "content": completion.text or None,
+            "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
+        timeout = self.settings.tool_timeout_seconds
+        results = [{"role": "tool", "tool_call_id": call.id,
+                    "content": redact(await self.toolbox.run(call, context, timeout), secrets)}
+                   for call in completion.tool_calls]
+        return [call_message, *results]
+
+    async def _call_provider(self, request: CompletionRequest,
+                             on_text: TextSink | None = None) -> Completion:
+        """One provider call, streamed into ``on_text`` when given. Whatever a provider
+        plugin returns is checked: anything but text and well-formed tool calls is a 502 now,
+        not a crash later in the turn."""
+        completion = await (self.provider.complete(request) if on_text is None
+                            else self.provider.stream(request, on_text))
+        if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
+                or not isinstance(completion.tool_calls, tuple) \
+                or not all(_well_formed(call) for call in completion.tool_calls):
+            raise ProviderError(f"provider {self.provider.name!r} returned no completion")
+        return completion
+
+    def _usage(self, completion: Completion, counted_prompt: int,
+               max_tokens: int) -> tuple[int, int]:
+        """Prompt and completion tokens to bill for one call: the reported usage within its
+        bounds, else our own count.
+
+        A reported count is believed only as a non-negative integer within its
+        :class:`UsageBounds` (of ``counted_prompt``, our tiktoken count of what was sent, and
+        ``max_tokens``). Otherwise (with a warning), or when it is not reported, our own count
+        is billed: ``counted_prompt``, or the answer counted with tiktoken but never above the
+        bound, so that a call never costs more than the reservation made for it.
+        """
+        bounds = UsageBounds.of(counted_prompt, max_tokens)
+        prompt = self._believed("prompt", completion.prompt_tokens, bounds.prompt)
+        done = self._believed("completion", completion.completion_tokens, bounds.completion)
+        if prompt is None:
+            prompt = counted_prompt
+        if done is None:
+            count = self.counter.count
+            done = min(bounds.completion, count(completion.text) + sum(
+                count(call.name) + count(call.arguments) for call in completion.tool_calls))
+        return prompt, done
+
+    def _believed(self, name: str, reported: object, limit: int) -> int | None:
+        """A reported token count if it is an integer in ``0..limit``; else None, with a
+        warning."""
+        if reported is None:
+            return None
+        if type(reported) is int and 0 <= reported <= limit:
+            return reported
+        log.warning("provider %r reported %s tokens = %s, not a count within 0..%d; billing "
+                    "the gateway's own count", self.provider.name, name, shown(reported), limit)
+        return None
+
+    # --- summarization -------------------------------------------------------------------------
+    async def summarize(self, pending: PendingSummary) -> bool:
+        """Fold older messages into the summary; on any failure change nothing. True if
+        applied.
+
+        Like a turn's calls, the summarization call reserves its worst case first, so that
+        turns of the same user in flight on other threads count it.
+        """
+        settings = self.settings
+        folded = self._to_fold(pending)
+        if not folded:
+            return False
+        request = summary_request(pending.summary, folded, settings.llm_model)
+        counted = self.counter.messages(request.messages)
+        with self.credit_guard.admit(pending.billed_user) as admission:  # before the balance
+            user = await self.store.get_user(pending.billed_user)
+            try:
+                admission.reserve(user.credits if user is not None else 0,
+                                  worst_case(settings, counted, request.max_tokens))
+            except (PaymentRequired, CreditsBusy):
+                log.info("summarization of %s postponed: the credits are spent or held by "
+                         "turns in flight", pending.ref.session_key)
+                return False
+            answered = await self._summary_from_provider(pending, request)
+            if answered is None:
+                return False
+            summary, completion = answered
+            prompt_tokens, completion_tokens = self._usage(completion, counted,
+                                                           request.max_tokens)
+            charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
+                                completion_tokens)
+            applied = await self.store.commit_summary(SummaryCommit(
+                session_key=pending.ref.session_key,
+                billed_user=pending.billed_user,
+                expected_version=pending.version,
+                summary=summary,
+                summary_tokens=self.counter.count(summary),
+                folded_through_id=folded[-1].id,
+                charge=charge,
+            ))
+            admission.settle(charge.credits if applied else 0)  # a discarded one is free
+        if applied:
+            self.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
+        else:
+            log.info("summarization of %s discarded: the thread changed meanwhile",
+                     pending.ref.session_key)
+        return applied
+
+    def _to_fold(self, pending: PendingSummary) -> list[StoredMessage]:
+        """The oldest messages to fold into the summary (all but KEEP_RECENT, at a turn's
+        boundary); none when there are too few, or no credits to pay for it."""
+        messages = pending.messages
+        cut = fold_point(messages, self.settings.keep_recent)
+        if len(messages) < self.settings.summarize_at or cut == 0:
+            return []
+        if pending.credits <= 0:
+            log.info("summarization of %s postponed: no credits", pending.ref.session_key)
+            return []
+        return messages[:cut]
+
+    async def _summary_from_provider(self, pending: PendingSummary, request: CompletionRequest,
+                                     ) -> tuple[str, Completion] | None:
+        """The new summary (redacted, checked usable) and the call that wrote it; None,
+        logged, when the call failed or wrote nothing usable (a later turn tries again)."""
+        try:
+            completion = await self._call_provider(request)
+        except ProviderError as exc:
+            log.warning("summarization of %s failed (%s); will retry on a later turn",
+                        pending.ref.session_key, exc.message)
+            return None
+        summary = accept_summary(redact(completion.text, pending.secrets))
+        if summary is None:
+            log.warning("summarization of %s returned nothing usable; will retry on a later "
+                        "turn", pending.ref.session_key)
+            return None
+        return summary, completion
 
 
 def _well_formed(call: object) -> bool:
     return isinstance(call, ToolCall) and all(
         isinstance(part, str) for part in (call.id, call.name, call.arguments, call.malformed))
-
-
-def _usage(gw: Gateway, completion: Completion, counted_prompt: int,
-           max_tokens: int) -> tuple[int, int]:
-    """Prompt and completion tokens to bill for one call: the reported usage within its
-    bounds, else our own count.
-
-    A reported count is believed only as a non-negative integer within its :class:`UsageBounds`
-    (of ``counted_prompt``, our tiktoken count of what was sent, and ``max_tokens``). Otherwise
-    (with a warning), or when it is not reported, our own count is billed: ``counted_prompt``,
-    or the answer counted with tiktoken but never above the bound, so that a call never costs
-    more than the reservation made for it.
-    """
-    bounds = UsageBounds.of(counted_prompt, max_tokens)
-    prompt = _believed(gw, "prompt", completion.prompt_tokens, bounds.prompt)
-    done = _believed(gw, "completion", completion.completion_tokens, bounds.completion)
-    if prompt is None:
-        prompt = counted_prompt
-    if done is None:
-        done = min(bounds.completion, gw.counter.count(completion.text) + sum(
-            gw.counter.count(c.name) + gw.counter.count(c.arguments)
-            for c in completion.tool_calls))
-    return prompt, done
-
-
-def _believed(gw: Gateway, name: str, reported: object, limit: int) -> int | None:
-    """A reported token count if it is an integer in ``0..limit``; else None, with a warning."""
-    if reported is None:
-        return None
-    if type(reported) is int and 0 <= reported <= limit:
-        return reported
-    log.warning("provider %r reported %s tokens = %s, not a count within 0..%d; billing the "
-                "gateway's own count", gw.provider.name, name, shown(reported), limit)
-    return None
-
-
-async def _run_agent(gw: Gateway, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
-                     bill: TurnBill, run: _AgentRun, on_text: TextSink | None = None) -> None:
-    """Call the provider; while it asks for tools, run them and call again (bounded).
-
-    With ``on_text``, each call streams: ``on_text`` gets the text of the answer being written
-    so far (redacted), growing; a round that ends in tool calls is followed by a new answer,
-    which starts again from its first piece.
-
-    Each call first reserves its worst case: with nothing left, the first call is a 402 (a 429
-    ``credits_busy`` if other turns only hold what is left) and a later (tool) round ends the
-    turn with a message. When tool results no longer fit under
-    MAX_CONTEXT, the oldest history units go first; only when none is left does the agent stop.
-    """
-    settings = gw.settings
-    context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
-    live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
-    live_tokens = 0  # of live_exchange, counted once as each round adds to it
-    for round_number in range(settings.max_tool_rounds + 1):
-        messages = prompt.messages + live_exchange
-        prompt_tokens = prompt.prompt_tokens + live_tokens
-        try:
-            bill.reserve(prompt_tokens)
-        except (PaymentRequired, CreditsBusy) as refusal:
-            if round_number == 0:
-                raise
-            run.text = OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
-                else CREDITS_HELD_MIDWAY
-            return
-        completion = await _call_provider(gw, CompletionRequest(
-            messages, settings.llm_model, settings.llm_max_tokens, tools=gw.tool_schemas),
-            _growing(on_text, secrets) if on_text is not None else None)
-        used_prompt, used_completion = _usage(gw, completion, prompt_tokens,
-                                              settings.llm_max_tokens)
-        run.prompt_tokens += used_prompt
-        run.completion_tokens += used_completion
-        bill.charge("chat" if round_number == 0 else "tool_round", completion.model,
-                    used_prompt, used_completion)
-        if not completion.tool_calls:
-            run.text = completion.text
-            return
-        if round_number == settings.max_tool_rounds:
-            break
-        added = await _tool_round(gw, completion, context, secrets)
-        live_exchange += added
-        live_tokens += sum(gw.counter.chat_message(m) for m in added)
-        run.record(added, secrets, gw.counter.chat_message)
-        while prompt.prompt_tokens + live_tokens > settings.max_context:
-            if not prompt.drop_oldest():
-                run.text = ("I had to stop: the tool results no longer fit in my context "
-                            "window. Ask again with a narrower request.")
-                return
-    run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
-                "reaching an answer. Ask again, perhaps more specifically.")
-
-
-async def _tool_round(gw: Gateway, completion: Completion, context: ToolContext,
-                      secrets: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Run the tool calls of ``completion``: the model's call message and the results, as
-    chat messages for the next call (results redacted: a tool may echo a saved password)."""
-    call_message: dict[str, Any] = {
-        "role": "assistant", "content": completion.text or None,
-        "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
-    results = [{"role": "tool", "tool_call_id": call.id,
-                "content": redact(await run_tool(gw.tools, call, context,
-                                                 gw.settings.tool_timeout_seconds), secrets)}
-               for call in completion.tool_calls]
-    return [call_message, *results]
 
 
 def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
@@ -290,238 +531,3 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
                    "completionTokens": run.completion_tokens,
                    "credits": bill.spent, "calls": len(bill.charges)})
     return events
-
-
-async def run_turn(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None, inbound: ChannelMessage | None = None,
-                   on_text: TextSink | None = None, images: Sequence[Image] = (),
-                   ) -> tuple[TurnResult, PendingSummary | None]:
-    """Run one turn under the caller's lock; return its result and any summarization due.
-    ``on_text`` receives the reply as it is written (see :func:`_run_agent`); ``images`` go
-    to the model with the message, never into memory or the transcript."""
-    settings = gw.settings
-    with gw.credit_guard.admit(user_id) as admission:  # before the balance is read
-        state = await gw.store.load_turn(ref, user_id, specialist)
-        user = await gw.current_user(state.user)
-        if specialist is not None and state.specialist_instructions is None:
-            raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
-        plan = settings.plans.get(user.plan)
-        gw.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
-        admission.require(user.credits)  # 402 if spent; 429 if other turns hold what is left
-        return await _answer(gw, user_id, ref, message, specialist, inbound, state,
-                             user.credits, admission, on_text, images)
-
-
-async def _prompt(gw: Gateway, turn: TurnContext, state: TurnState, message: str,
-                  credentials: list[Credential], new_session: bool,
-                  images: Sequence[Image]) -> Prompt:
-    """The turn's prompt: the plugins' sections (those that are sections), then assembly
-    under MAX_CONTEXT (the pictures counted too)."""
-    settings = gw.settings
-    sections = []
-    for section in await hooks.collect(gw.pm.hook.prompt_sections, gateway=gw, turn=turn):
-        if isinstance(section, PromptSection):
-            sections.append(section)
-        else:
-            log.error("a prompt_sections plugin returned %s, not a PromptSection; ignored",
-                      type(section).__name__)
-    specialist = turn.specialist
-    return assemble(
-        PromptInputs(
-            instructions=settings.system_prompt,
-            model=settings.llm_model,
-            pinned=state.pinned,
-            specialist=(specialist, state.specialist_instructions)
-            if specialist and state.specialist_instructions else None,
-            summary=state.thread.summary if state.thread else "",
-            credentials=credentials,
-            session_rotated=new_session,
-            sections=sections,
-            recent=state.messages,
-            user_message=message,
-            user_tokens=gw.counter.count(message) + IMAGE_TOKENS * len(images),
-            user_images=tuple(image.data_url() for image in images),
-            exchanges=gw.sessions.exchanges(turn.session_key, state.messages[0].id)
-            if state.messages else {},
-            reserved_tokens=gw.tool_schema_tokens,
-        ),
-        gw.counter,
-        settings.max_context,
-    )
-
-
-async def _answer(gw: Gateway, user_id: str, ref: ThreadRef, message: str,
-                  specialist: str | None, inbound: ChannelMessage | None, state: TurnState,
-                  balance: int, admission: Admission, on_text: TextSink | None = None,
-                  images: Sequence[Image] = (),
-                  ) -> tuple[TurnResult, PendingSummary | None]:
-    """The turn after admission: session, prompt, agent and commit, session file, observers,
-    and the summarization it makes due."""
-    rotation, new_session = await _begin_session(gw, ref, state)
-    credentials = _decrypt(gw, user_id, state.credentials)
-    secrets = tuple(credential.password for credential in credentials)
-    # Plugins see the message as it is stored: a password the user typed stays hidden.
-    turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel,
-                       redact(message, secrets), specialist)
-    prompt = await _prompt(gw, turn, state, message, credentials, new_session, images)
-    bill = TurnBill(gw.settings, admission, balance)
-    run = _AgentRun()
-    reply, written, new_messages = await _run_and_commit(gw, turn, ref, inbound, prompt,
-                                                         secrets, bill, run, on_text)
-    spent = bill.settle()
-    _append_session(gw, ref, turn.message, reply, written, run, bill, rotation)
-    await hooks.notify_each(gw.pm.hook.turn_completed, gateway=gw, turn=turn, reply=reply)
-    pending = _summary_due(gw, ref, secrets, state, written, new_messages,
-                           credits=balance - spent)
-    result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
-                        summarized=pending is not None, session_rotated=new_session)
-    return result, pending
-
-
-async def _begin_session(gw: Gateway, ref: ThreadRef,
-                         state: TurnState) -> tuple[Rotation | None, bool]:
-    """Rotate the session if due; return the rotation and whether this turn starts a new
-    session. A conversation with history but no session file starts one, whether it rotated
-    just now or earlier (``cloudybot sessions rotate``, rotate_session_if_needed)."""
-    rotation, active = await gw.check_session(ref.session_key)
-    new_session = rotation is not None or (
-        not active and state.thread is not None and bool(state.messages or state.thread.summary))
-    return rotation, new_session
-
-
-async def _run_and_commit(gw: Gateway, turn: TurnContext, ref: ThreadRef,
-                          inbound: ChannelMessage | None, prompt: Prompt,
-                          secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
-                          on_text: TextSink | None,
-                          ) -> tuple[str, TurnWritten, list[NewMessage]]:
-    """The agent's calls, then the turn in one transaction: the reply, the ids written and
-    the two messages written. On any failure nothing of the turn is stored, but the calls
-    that did answer (a chat call before a failed tool round) are still charged."""
-    try:
-        await _run_agent(gw, turn, prompt, secrets, bill, run, on_text)
-        reply = redact(run.text, secrets).strip()
-        if not reply:
-            bill.refund_last()  # an empty answer is a failed call: not charged
-            raise EmptyReply("the model returned an empty answer")
-        new_messages = [NewMessage("user", turn.message, gw.counter.count(turn.message)),
-                        NewMessage("assistant", reply, gw.counter.count(reply))]
-        written = await gw.store.commit_turn(TurnCommit(
-            ref=ref, billed_user=turn.user_id, messages=new_messages, charges=bill.charges,
-            inbound=inbound))
-    except BaseException:
-        if bill.charges:
-            await gw.store.record_charges(turn.user_id, ref.session_key, bill.charges)
-        bill.settle()
-        raise
-    return reply, written, new_messages
-
-
-def _append_session(gw: Gateway, ref: ThreadRef, stored_message: str, reply: str,
-                    written: TurnWritten, run: _AgentRun, bill: TurnBill,
-                    rotation: Rotation | None) -> None:
-    """The turn's events at the end of its session file (tool exchange kept for replay)."""
-    reply_id = written.message_ids[-1]
-    exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
-        if run.exchange else None
-    try:
-        gw.sessions.append(ref.session_key, ref.user_id, ref.thread_id,
-                           _session_events(stored_message, reply, written.message_ids, run,
-                                           bill, rotation),
-                           exchange)
-    except OSError:
-        # The turn is committed; only its tool state is lost, as a rotation would lose it.
-        log.exception("cannot append to the session file of %s", ref.session_key)
-
-
-def _summary_due(gw: Gateway, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
-                 written: TurnWritten, new_messages: list[NewMessage],
-                 credits: int) -> PendingSummary | None:
-    """The summarization this turn makes due, if rolling memory (what the turn read plus what
-    it wrote) reached SUMMARIZE_AT. Under the turn lock nobody else adds to this thread: the
-    count needs no query."""
-    if len(state.messages) + len(written.message_ids) < gw.settings.summarize_at:
-        return None
-    stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
-              for message_id, new in zip(written.message_ids, new_messages, strict=True)]
-    thread = state.thread
-    return PendingSummary(ref, state.user.user_id, secrets,
-                          summary=thread.summary if thread else "",
-                          version=thread.summary_version if thread else 0,
-                          messages=[*state.messages, *stored], credits=credits)
-
-
-async def summarize(gw: Gateway, pending: PendingSummary) -> bool:
-    """Fold older messages into the summary; on any failure change nothing. True if applied.
-
-    Like a turn's calls, the summarization call reserves its worst case first, so that turns of
-    the same user in flight on other threads count it.
-    """
-    settings = gw.settings
-    folded = _to_fold(gw, pending)
-    if not folded:
-        return False
-    request = summary_request(pending.summary, folded, settings.llm_model)
-    counted = gw.counter.messages(request.messages)
-    with gw.credit_guard.admit(pending.billed_user) as admission:  # before the balance is read
-        user = await gw.store.get_user(pending.billed_user)
-        try:
-            admission.reserve(user.credits if user is not None else 0,
-                              worst_case(settings, counted, request.max_tokens))
-        except (PaymentRequired, CreditsBusy):
-            log.info("summarization of %s postponed: the credits are spent or held by turns "
-                     "in flight", pending.ref.session_key)
-            return False
-        answered = await _summary_from_provider(gw, pending, request)
-        if answered is None:
-            return False
-        summary, completion = answered
-        prompt_tokens, completion_tokens = _usage(gw, completion, counted, request.max_tokens)
-        charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
-                            completion_tokens)
-        applied = await gw.store.commit_summary(SummaryCommit(
-            session_key=pending.ref.session_key,
-            billed_user=pending.billed_user,
-            expected_version=pending.version,
-            summary=summary,
-            summary_tokens=gw.counter.count(summary),
-            folded_through_id=folded[-1].id,
-            charge=charge,
-        ))
-        admission.settle(charge.credits if applied else 0)  # a discarded summary is not charged
-    if applied:
-        gw.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
-    else:
-        log.info("summarization of %s discarded: the thread changed meanwhile",
-                 pending.ref.session_key)
-    return applied
-
-
-def _to_fold(gw: Gateway, pending: PendingSummary) -> list[StoredMessage]:
-    """The oldest messages to fold into the summary (all but KEEP_RECENT, at a turn's
-    boundary); none when there are too few, or no credits to pay for it."""
-    messages = pending.messages
-    cut = fold_point(messages, gw.settings.keep_recent)
-    if len(messages) < gw.settings.summarize_at or cut == 0:
-        return []
-    if pending.credits <= 0:
-        log.info("summarization of %s postponed: no credits", pending.ref.session_key)
-        return []
-    return messages[:cut]
-
-
-async def _summary_from_provider(gw: Gateway, pending: PendingSummary,
-                                 request: CompletionRequest) -> tuple[str, Completion] | None:
-    """The new summary (redacted, checked usable) and the call that wrote it; None, logged,
-    when the call failed or wrote nothing usable (a later turn tries again)."""
-    try:
-        completion = await _call_provider(gw, request)
-    except ProviderError as exc:
-        log.warning("summarization of %s failed (%s); will retry on a later turn",
-                    pending.ref.session_key, exc.message)
-        return None
-    summary = accept_summary(redact(completion.text, pending.secrets))
-    if summary is None:
-        log.warning("summarization of %s returned nothing usable; will retry on a later "
-                    "turn", pending.ref.session_key)
-        return None
-    return summary, completion

@@ -20,8 +20,9 @@ from .billing import period_bounds
 from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
+from .locks import KeyedLocks
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
-from .retention import PurgeReport, purge
+from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
 from .sessions import SessionStore, read_events
 from .store import Delivery, ExpiredThread
@@ -92,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_users_add(args: argparse.Namespace) -> int:
     """Create an account; its API token is the last line printed."""
     user, token = _with_gateway(
-        _settings(args), lambda gw: gw.add_user(args.user_id, args.plan, args.credits))
+        _settings(args), lambda gw: gw.accounts.add_user(args.user_id, args.plan, args.credits))
     print(f"created user {user.user_id} on plan {user.plan} with {user.credits} credits")
     print("API token (shown once; send it as 'Authorization: Bearer <token>'):")
     print(token)
@@ -111,7 +112,7 @@ def cmd_users_grant(args: argparse.Namespace) -> int:
 
 def cmd_users_token(args: argparse.Namespace) -> int:
     """Issue a new API token (earlier ones stop working); printed as the last line."""
-    token = _with_gateway(_settings(args), lambda gw: gw.issue_token(args.user_id))
+    token = _with_gateway(_settings(args), lambda gw: gw.accounts.issue_token(args.user_id))
     print(f"new API token for {args.user_id} (earlier tokens no longer work):")
     print(token)
     return 0
@@ -136,7 +137,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
         stored = await gw.store.get_user(args.user_id)
         if stored is None:
             raise GatewayError(f"no user {args.user_id!r}")
-        user = await gw.current_user(stored)
+        user = await gw.accounts.current_user(stored)
         start, end = period_bounds(user.period)
         totals = await gw.store.ledger_totals(user.user_id, start)
         entries, _ = await gw.store.ledger_page(user.user_id, args.limit, None)
@@ -165,8 +166,9 @@ def cmd_purge(args: argparse.Namespace) -> int:
               f"last active {thread.updated_at[:19]})", flush=True)
 
     async def work(gw: Gateway) -> PurgeReport:
-        gw.sessions = _session_store(gw.settings)
-        return await purge(gw, dry_run=args.dry_run, progress=progress)
+        retention = Retention(gw.settings, gw.store, _session_store(gw.settings), KeyedLocks(),
+                              gw.clock, gw.rate_limiter)
+        return await retention.purge(dry_run=args.dry_run, progress=progress)
 
     report = _with_gateway(_settings(args), work)
     plans = ", ".join(f"{plan}: {count}" for plan, count in sorted(report.by_plan().items()))

@@ -4,40 +4,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from . import agent, hooks, retention, validation
-from .billing import CreditGuard, RateLimiter, period_of
+from . import hooks, validation
+from .accounts import Accounts
+from .agent import Agent, PendingSummary, TurnResult
+from .billing import CreditGuard, RateLimiter
 from .commands import ChatCommand, index_commands
 from .config import Settings
-from .errors import BadRequest, ConfigError, NotFound, PluginError, Unauthorized, Unavailable
+from .errors import ConfigError, NotFound, PluginError, Unavailable
+from .hooks import PluginHooks
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Image, Provider, TextSink
 from .locks import KeyedLocks, Lease
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
-from .secrets import SecretBox, hash_token, load_or_create_key, new_api_token
-from .sessions import Rotation, SessionStore
-from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
+from .retention import Retention
+from .secrets import SecretBox, load_or_create_key
+from .sessions import SessionStore
+from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
-from .tools import Tool
+from .tools import Tool, Toolbox
 
 log = logging.getLogger(__name__)
 
 DASHBOARD = "dashboard"
-AUTH_CACHE_SECONDS = 10.0
-AUTH_CACHE_SIZE = 10_000
 
 
 def dashboard_session_key(user_id: str, thread_id: str) -> str:
     """The session key of a dashboard / HTTP API thread."""
     return f"{user_id}--{thread_id}"
+
+
+@dataclass(frozen=True)
+class _Running:
+    """What exists only while the gateway runs: built by ``start()``, in one piece."""
+
+    provider: Provider
+    counter: TokenCounter
+    secret_box: SecretBox
+    sessions: SessionStore
+    agent: Agent
+    retention: Retention
+
+
+class NotStarted(RuntimeError):
+    """A part of the gateway that exists only while it runs was asked for before start()."""
 
 
 class Gateway:
@@ -46,6 +64,12 @@ class Gateway:
     Channels and the HTTP API run turns and change threads through its methods (which take the
     thread's lock); plain reads and single-row writes go to ``gateway.store``. Nothing outside
     :mod:`gateway.hooks` calls pluggy.
+
+    A gateway lives in two phases. Built, it has its settings, store, accounts and, after
+    :meth:`load_plugins`, its channels, tools and commands (an HTTP app needs the channels'
+    routes before it starts). Started, it also has what ``start()`` builds in one piece: the
+    provider, the token counter, the secret box, the session files and the :class:`Agent`;
+    asking for one of those before then raises :class:`NotStarted`.
     """
 
     def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
@@ -55,6 +79,8 @@ class Gateway:
         self.pm = pm if pm is not None else make_plugin_manager()
         self.store: Store = store if store is not None else SQLiteStore(settings.database_path,
                                                                         clock)
+        self.accounts = Accounts(settings, self.store, clock)
+        self.hooks = PluginHooks(self.pm, self)
         self.locks = KeyedLocks()
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
@@ -64,21 +90,15 @@ class Gateway:
         # their work in the inbox/outbox for the next start.
         self.stopping = asyncio.Event()
         self._stop_deadline = 0.0
-        self._auth_cache: dict[str, tuple[float, User]] = {}
         self._purger: asyncio.Task[None] | None = None
         self.accepting = False
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
-        self._provider: Provider | None = None
         self._providers: dict[str, Provider] | None = None
+        self._running: _Running | None = None
         self.channels: dict[str, Channel] = {}
         self.tools: dict[str, Tool] = {}
         self.commands: dict[str, ChatCommand] = {}  # by every name each answers to
-        self.tool_schemas: list[dict[str, Any]] = []
-        self.tool_schema_tokens = 0
-        self.counter: TokenCounter
-        self.sessions: SessionStore
-        self.secret_box: SecretBox
 
     # --- lifecycle ----------------------------------------------------------------------
     async def load_plugins(self) -> None:
@@ -103,30 +123,14 @@ class Gateway:
         self._providers = providers
 
     async def start(self) -> None:
-        """Open the store, load the tokenizer, pick the provider, start the channels."""
+        """Open the store, build what runs (provider, tokenizer, sessions, agent), recover
+        what a previous run left, start the channels."""
         await self.load_plugins()
-        assert self._providers is not None
-        wanted = self.settings.llm_provider
-        if wanted not in self._providers:
-            known = ", ".join(sorted(self._providers)) or "none"
-            raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "
-                              f"(loaded: {known})")
-        self.counter = TokenCounter.for_encoding(self.settings.tokenizer_encoding)
-        self.tool_schemas = [tool.schema() for tool in self.tools.values()]
-        # Schemas are sent with every chat call: count them once, against MAX_CONTEXT.
-        self.tool_schema_tokens = (self.counter.count(json.dumps(self.tool_schemas))
-                                   if self.tool_schemas else 0)
-        self.secret_box = SecretBox(load_or_create_key(self.settings.secret_key,
-                                                       self.settings.data_dir))
-        self.sessions = SessionStore(
-            self.settings.sessions_dir, idle_minutes=self.settings.session_idle_minutes,
-            max_bytes=self.settings.session_max_file_bytes,
-            count_message=self.counter.chat_message, clock=self.clock)
         await self.store.open()
         self.stopping.clear()
         try:
-            self._provider = self._providers[wanted]
-            await self._provider.start()
+            self._running = self._build_running()
+            await self._running.provider.start()
             # What a previous run left: its replies first, then its unanswered messages,
             # queued before any new message can arrive, so arrival order holds.
             await self.outbox.recover()
@@ -139,10 +143,37 @@ class Gateway:
             self._started = True
             if self.settings.purge_interval_minutes > 0:
                 self._purger = asyncio.get_running_loop().create_task(
-                    retention.purge_periodically(self, self.settings.purge_interval_minutes * 60))
+                    self.retention.purge_periodically(
+                        self.settings.purge_interval_minutes * 60))
         except BaseException:
             await self.stop()
             raise
+
+    def _build_running(self) -> _Running:
+        """The provider named by the settings, the token counter, the secret box, the session
+        files and the agent that uses them."""
+        assert self._providers is not None
+        wanted = self.settings.llm_provider
+        if wanted not in self._providers:
+            known = ", ".join(sorted(self._providers)) or "none"
+            raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "
+                              f"(loaded: {known})")
+        settings = self.settings
+        provider = self._providers[wanted]
+        counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
+        secret_box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
+        sessions = SessionStore(
+            settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
+            max_bytes=settings.session_max_file_bytes, count_message=counter.chat_message,
+            clock=self.clock, observer=self.hooks.session_rotated)
+        agent = Agent(settings=settings, store=self.store, provider=provider, counter=counter,
+                      sessions=sessions, secret_box=secret_box,
+                      toolbox=Toolbox.of(self.tools, counter.count), hooks=self.hooks,
+                      accounts=self.accounts, credit_guard=self.credit_guard,
+                      rate_limiter=self.rate_limiter)
+        retention = Retention(settings, self.store, sessions, self.locks, self.clock,
+                              self.rate_limiter)
+        return _Running(provider, counter, secret_box, sessions, agent, retention)
 
     async def stop(self) -> None:
         """Stop taking messages, finish the work already taken (turns, summaries, replies)
@@ -177,8 +208,8 @@ class Gateway:
                 await channel.close()
             except Exception:
                 log.exception("channel %r failed to close", channel.name)
-        if self._provider is not None:
-            await self._provider.close()
+        if self._running is not None:
+            await self._running.provider.close()
         await self.store.close()
 
     def begin_stop(self) -> None:
@@ -199,12 +230,40 @@ class Gateway:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    def _run(self) -> _Running:
+        if self._running is None:
+            raise NotStarted("the gateway has not started")
+        return self._running
+
     @property
     def provider(self) -> Provider:
         """The LLM provider in use."""
-        if self._provider is None:
-            raise RuntimeError("the gateway has not started")
-        return self._provider
+        return self._run().provider
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter of the configured encoding."""
+        return self._run().counter
+
+    @property
+    def secret_box(self) -> SecretBox:
+        """Encryption of secrets at rest (saved logins, the inbox's payloads)."""
+        return self._run().secret_box
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The session files."""
+        return self._run().sessions
+
+    @property
+    def agent(self) -> Agent:
+        """What runs turns and summarizations."""
+        return self._run().agent
+
+    @property
+    def retention(self) -> Retention:
+        """What purges expired threads."""
+        return self._run().retention
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run background work that ``drain()`` and ``stop()`` wait for."""
@@ -230,62 +289,6 @@ class Gateway:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    # --- accounts -------------------------------------------------------------------------
-    async def authenticate(self, token: str) -> User:
-        """The account of an API token; raise Unauthorized.
-
-        Known tokens are remembered for ``AUTH_CACHE_SECONDS`` (a turn then costs no store call
-        for auth). A token replaced through this gateway stops working at once; one replaced
-        by another process (``cloudybot users token``) within that many seconds.
-        """
-        if not token:
-            raise Unauthorized("missing or invalid API token")
-        digest = hash_token(token)
-        now = time.monotonic()
-        cached = self._auth_cache.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        user = await self.store.user_for_token(digest)
-        if user is None:
-            raise Unauthorized("missing or invalid API token")
-        if len(self._auth_cache) >= AUTH_CACHE_SIZE:
-            self._auth_cache.clear()
-        self._auth_cache[digest] = (now + AUTH_CACHE_SECONDS, user)
-        return user
-
-    async def add_user(self, user_id: str, plan: str | None = None,
-                       credits: int | None = None) -> tuple[User, str]:
-        """Create an account on a plan and issue its first API token."""
-        validation.user_id(user_id)
-        plan_name = plan or self.settings.default_plan
-        chosen = self.settings.plans.get(plan_name)
-        if chosen is None:
-            raise BadRequest(f"no plan named {plan_name!r}", code="unknown_plan")
-        opening = chosen.credits if credits is None else credits
-        if opening < 0:
-            raise BadRequest("credits must be >= 0", code="invalid_credits")
-        user = await self.store.create_user(user_id, plan_name, opening, chosen.browser_minutes,
-                                            period_of(self.clock()))
-        return user, await self.issue_token(user_id)
-
-    async def current_user(self, user: User) -> User:
-        """The account with this period's monthly grant applied (once per period, on its own:
-        no cron needed). An account on a plan the configuration no longer has is left as is."""
-        period = period_of(self.clock())
-        plan = self.settings.plans.get(user.plan)
-        if user.period >= period or plan is None:
-            return user
-        return await self.store.roll_period(user.user_id, user.period, period, plan.credits,
-                                            plan.browser_minutes)
-
-    async def issue_token(self, user_id: str) -> str:
-        """A new API token for the account; earlier tokens stop working."""
-        token = new_api_token()
-        await self.store.replace_token(user_id, hash_token(token))
-        self._auth_cache = {digest: entry for digest, entry in self._auth_cache.items()
-                            if entry[1].user_id != user_id}
-        return token
 
     # --- threads ----------------------------------------------------------------------------
     def channel_prefix(self, thread_id: str) -> str | None:
@@ -327,14 +330,14 @@ class Gateway:
         async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
             await self.store.clear_thread(ref.session_key)
-            await self.archive_session(ref.session_key, "cleared")
+            await self.sessions.end(ref.session_key, "cleared")
 
     async def delete_thread(self, ref: ThreadRef) -> None:
         """Remove the conversation, its display transcript and its pinned keys."""
         async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
             await self.store.delete_thread(ref.session_key)
-            await self.archive_session(ref.session_key, "deleted")
+            await self.sessions.end(ref.session_key, "deleted")
 
     # --- channels --------------------------------------------------------------------------
     async def receive(self, message: InboundMessage) -> bool:
@@ -357,52 +360,19 @@ class Gateway:
                               "later") from None
 
     # --- sessions ----------------------------------------------------------------------------
-    async def archive_session(self, session_key: str, reason: str) -> Rotation | None:
-        """Archive the session now (thread cleared or deleted); observers are told.
-
-        The caller holds the thread's turn lock. Rotation never touches SQLite memory.
-        """
-        rotation = self.sessions.archive(session_key, reason)
-        await self._tell_rotated(rotation)
-        return rotation
-
-    async def _tell_rotated(self, rotation: Rotation | None) -> None:
-        if rotation is not None:
-            await hooks.notify_each(self.pm.hook.session_rotated, gateway=self,
-                                    rotation=rotation)
-
-    async def check_session(self, session_key: str) -> tuple[Rotation | None, bool]:
-        """Before an agent call: rotate if due (observers told); return the rotation and
-        whether an active session file remains."""
-        rotation, active = self.sessions.check(session_key)
-        await self._tell_rotated(rotation)
-        return rotation, active
-
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
         """Rotate the thread's session if idle or too large; True if it rotated."""
         ref = await self.resolve_thread(user_id, thread_id)
         async with self.locks.hold(ref.session_key):
-            rotation, _ = await self.check_session(ref.session_key)
+            rotation, _ = await self.sessions.begin_turn(ref.session_key)
             return rotation is not None
-
-    async def purge_thread(self, session_key: str, last_update: str) -> tuple[bool, int]:
-        """Delete an expired thread and all its session files, unless it was updated after
-        ``last_update``; return (deleted, files removed)."""
-        async with self.locks.hold(session_key):
-            thread = await self.store.get_thread(session_key)
-            if thread is None or thread.updated_at > last_update:
-                return False, 0
-            await self.store.delete_thread(session_key)
-            files = self.sessions.delete_all(session_key)
-            await self._tell_rotated(Rotation(session_key, "purged", None))
-            return True, files
 
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None = None,
                    inbound: ChannelMessage | None = None,
                    on_text: TextSink | None = None,
-                   images: Sequence[Image] = ()) -> agent.TurnResult:
+                   images: Sequence[Image] = ()) -> TurnResult:
         """Run one turn on the thread, after any turn already running there.
 
         ``user_id`` is billed (in a group chat the sender, not the thread's owner);
@@ -417,8 +387,8 @@ class Gateway:
             validation.name(specialist, "specialist")
         lease = await self.locks.acquire(ref.session_key)
         try:
-            result, pending = await agent.run_turn(self, user_id, ref, message, specialist,
-                                                   inbound, on_text, images)
+            result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
+                                                        inbound, on_text, images)
         except BaseException:
             lease.release()
             raise
@@ -428,9 +398,9 @@ class Gateway:
             self.spawn(self._summarize_then_release(pending, lease))
         return result
 
-    async def _summarize_then_release(self, pending: agent.PendingSummary, lease: Lease) -> None:
+    async def _summarize_then_release(self, pending: PendingSummary, lease: Lease) -> None:
         try:
-            await agent.summarize(self, pending)
+            await self.agent.summarize(pending)
         except Exception:
             log.exception("summarization of %s crashed", pending.ref.session_key)
         finally:

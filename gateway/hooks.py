@@ -1,7 +1,8 @@
 """The one place that knows pluggy is synchronous: call hooks, await what they return.
 
 Every implementation is called by us (not by ``hook(...)``), so an ``async def`` implementation
-is awaited like any other and one failing plugin is logged and skipped, never fatal.
+is awaited like any other and one failing plugin is logged and skipped, never fatal. The turn
+path calls its hooks through :class:`PluginHooks`, typed methods that pass the gateway along.
 """
 
 from __future__ import annotations
@@ -9,11 +10,17 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from .errors import PluginError
+from .interfaces import PromptSection, TurnContext
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+    from .sessions import Rotation
+    from .store import Delivery
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,3 +87,40 @@ async def notify_each(hook: pluggy.HookCaller, **kwargs: Any) -> None:
             await resolve(impl.function(*(kwargs[name] for name in impl.argnames)))
         except Exception:
             log.exception("plugin %r failed in %s()", impl.plugin_name, hook.name)
+
+
+class PluginHooks:
+    """The hooks a running gateway calls on every turn, delivery and rotation, as typed
+    methods: callers name what happened, this passes the gateway to the plugins."""
+
+    def __init__(self, pm: pluggy.PluginManager, gateway: Gateway) -> None:
+        self.pm = pm
+        self.gateway = gateway
+
+    async def prompt_sections(self, turn: TurnContext) -> list[PromptSection]:
+        """The plugins' sections for this turn's system message (anything else is logged and
+        left out)."""
+        sections = []
+        for section in await collect(self.pm.hook.prompt_sections, gateway=self.gateway,
+                                     turn=turn):
+            if isinstance(section, PromptSection):
+                sections.append(section)
+            else:
+                log.error("a prompt_sections plugin returned %s, not a PromptSection; ignored",
+                          type(section).__name__)
+        return sections
+
+    async def turn_completed(self, turn: TurnContext, reply: str) -> None:
+        """Tell the observers that a turn was answered and stored."""
+        await notify_each(self.pm.hook.turn_completed, gateway=self.gateway, turn=turn,
+                          reply=reply)
+
+    async def session_rotated(self, rotation: Rotation) -> None:
+        """Tell the observers that a session ended."""
+        await notify_each(self.pm.hook.session_rotated, gateway=self.gateway,
+                          rotation=rotation)
+
+    async def reply_sent(self, delivery: Delivery, text: str) -> None:
+        """Tell the observers that a reply reached its channel."""
+        await notify_each(self.pm.hook.reply_sent, gateway=self.gateway, message=delivery,
+                          text=text)

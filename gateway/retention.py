@@ -12,13 +12,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
-from .store import ExpiredThread
+from .billing import RateLimiter
+from .config import Settings
+from .locks import KeyedLocks
+from .sessions import SessionStore
+from .store import ExpiredThread, Store
 from .times import iso
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 log = logging.getLogger(__name__)
 INBOUND_IDS_KEPT_DAYS = 30
@@ -39,64 +39,85 @@ class PurgeReport:
         return Counter(thread.plan for thread in self.threads)
 
 
-def cutoffs(gateway: Gateway) -> dict[str, str]:
-    """``{plan: ISO time}``: threads of that plan untouched since then are expired."""
-    now = datetime.fromtimestamp(gateway.clock(), UTC)
-    return {name: iso(now - timedelta(days=plan.retention_days))
-            for name, plan in gateway.settings.plans.items() if plan.retention_days > 0}
+@dataclass(frozen=True)
+class Retention:
+    """Purges what plan retention has expired, with what that takes: the store, the session
+    files, the turn locks (a thread is never purged under a running turn) and the clock."""
 
+    settings: Settings
+    store: Store
+    sessions: SessionStore
+    locks: KeyedLocks
+    clock: Callable[[], float]
+    rate_limiter: RateLimiter
 
-async def purge(gateway: Gateway, *, dry_run: bool = False,
-                progress: Callable[[int, int, ExpiredThread], None] | None = None
-                ) -> PurgeReport:
-    """Delete expired threads and their session files; with ``dry_run`` change nothing."""
-    report = PurgeReport(dry_run)
-    expired = await gateway.store.expired_threads(cutoffs(gateway))
-    for index, thread in enumerate(expired, start=1):
+    def cutoffs(self) -> dict[str, str]:
+        """``{plan: ISO time}``: threads of that plan untouched since then are expired."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        return {name: iso(now - timedelta(days=plan.retention_days))
+                for name, plan in self.settings.plans.items() if plan.retention_days > 0}
+
+    async def purge(self, *, dry_run: bool = False,
+                    progress: Callable[[int, int, ExpiredThread], None] | None = None,
+                    ) -> PurgeReport:
+        """Delete expired threads and their session files; with ``dry_run`` change
+        nothing."""
+        report = PurgeReport(dry_run)
+        expired = await self.store.expired_threads(self.cutoffs())
+        for index, thread in enumerate(expired, start=1):
+            if not dry_run:
+                removed, files = await self.purge_thread(thread.session_key, thread.updated_at)
+                if not removed:
+                    continue  # used again since it was listed
+                report.files += files
+            report.threads.append(thread)
+            if progress is not None:
+                progress(index, len(expired), thread)
+        await self._sweep_orphans(report)
         if not dry_run:
-            removed, files = await gateway.purge_thread(thread.session_key, thread.updated_at)
-            if not removed:
-                continue  # used again since it was listed
-            report.files += files
-        report.threads.append(thread)
-        if progress is not None:
-            progress(index, len(expired), thread)
-    await _sweep_orphans(gateway, report)
-    if not dry_run:
-        moment = datetime.fromtimestamp(gateway.clock(), UTC)
-        report.inbound_ids = await gateway.store.prune_inbound(
-            iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
-        gateway.rate_limiter.prune()
-    if report.threads:
-        log.info("retention: %s %d thread(s), %d session file(s)",
-                 "would purge" if dry_run else "purged", len(report.threads), report.files)
-    return report
+            moment = datetime.fromtimestamp(self.clock(), UTC)
+            report.inbound_ids = await self.store.prune_inbound(
+                iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
+            self.rate_limiter.prune()
+        if report.threads:
+            log.info("retention: %s %d thread(s), %d session file(s)",
+                     "would purge" if dry_run else "purged", len(report.threads), report.files)
+        return report
 
+    async def purge_thread(self, session_key: str, last_update: str) -> tuple[bool, int]:
+        """Delete an expired thread and all its session files, unless it was updated after
+        ``last_update``; return (deleted, files removed)."""
+        async with self.locks.hold(session_key):
+            thread = await self.store.get_thread(session_key)
+            if thread is None or thread.updated_at > last_update:
+                return False, 0
+            await self.store.delete_thread(session_key)
+            return True, await self.sessions.remove(session_key)
 
-async def _sweep_orphans(gateway: Gateway, report: PurgeReport) -> None:
-    """Archives of deleted threads (a delete archives the session) go once older than the
-    default plan's retention: deleting a thread must not keep its transcript forever."""
-    days = gateway.settings.plans[gateway.settings.default_plan].retention_days
-    if days <= 0:
-        return
-    cutoff = gateway.clock() - days * 86400
-    for path, key in list(gateway.sessions.archived()):
-        try:
-            if path.stat().st_mtime >= cutoff or await gateway.store.get_thread(key):
+    async def _sweep_orphans(self, report: PurgeReport) -> None:
+        """Archives of deleted threads (a delete archives the session) go once older than the
+        default plan's retention: deleting a thread must not keep its transcript forever."""
+        days = self.settings.plans[self.settings.default_plan].retention_days
+        if days <= 0:
+            return
+        cutoff = self.clock() - days * 86400
+        for path, key in list(self.sessions.archived()):
+            try:
+                if path.stat().st_mtime >= cutoff or await self.store.get_thread(key):
+                    continue
+                if not report.dry_run:
+                    path.unlink()
+            except FileNotFoundError:
                 continue
-            if not report.dry_run:
-                path.unlink()
-        except FileNotFoundError:
-            continue
-        report.orphans += 1
-        report.files += 0 if report.dry_run else 1
+            report.orphans += 1
+            report.files += 0 if report.dry_run else 1
 
-
-async def purge_periodically(gateway: Gateway, interval_seconds: float) -> None:
-    """Purge every ``interval_seconds`` until cancelled; a failed run is logged, not fatal."""
-    while True:
-        await asyncio.sleep(interval_seconds)
-        try:
-            await purge(gateway)
-        except Exception:
-            log.exception("retention purge failed; will try again")
+    async def purge_periodically(self, interval_seconds: float) -> None:
+        """Purge every ``interval_seconds`` until cancelled; a failed run is logged, not
+        fatal."""
+        while True:
+            await asyncio.sleep(interval_seconds)
+            try:
+                await self.purge()
+            except Exception:
+                log.exception("retention purge failed; will try again")

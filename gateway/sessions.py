@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,12 +100,25 @@ class Rotation:
     archive: Path | None
 
 
+RotationObserver = Callable[[Rotation], Awaitable[None]]
+
+
+async def _nobody(rotation: Rotation) -> None:
+    """The observer of a store nobody watches (the CLI's)."""
+
+
 class SessionStore:
-    """Session files under ``root`` with O(1) appends and rotation checks."""
+    """Session files under ``root`` with O(1) appends and rotation checks.
+
+    The ``async`` methods are what turns and thread operations use: they change the files,
+    then tell ``observer`` (the ``session_rotated`` hook) about the session that ended.
+    """
 
     def __init__(self, root: Path, *, idle_minutes: float, max_bytes: int,
-                 count_message: CountMessage, clock: Callable[[], float] = time.time) -> None:
+                 count_message: CountMessage, clock: Callable[[], float] = time.time,
+                 observer: RotationObserver = _nobody) -> None:
         self.root = root
+        self.observer = observer
         self.count_message = count_message
         self.archive_dir = root / "archive"
         self.idle_seconds = idle_minutes * 60
@@ -204,6 +217,29 @@ class SessionStore:
             suffix += 1
         os.replace(path, target)
         return Rotation(key, reason, target)
+
+    async def begin_turn(self, key: str) -> tuple[Rotation | None, bool]:
+        """Before an agent call: rotate if due (the observer told); return the rotation and
+        whether an active session file remains. The caller holds the thread's turn lock."""
+        rotation, active = self.check(key)
+        if rotation is not None:
+            await self.observer(rotation)
+        return rotation, active
+
+    async def end(self, key: str, reason: str) -> Rotation | None:
+        """End the session now (its thread cleared or deleted): archive it, tell the
+        observer. The caller holds the thread's turn lock."""
+        rotation = self.archive(key, reason)
+        if rotation is not None:
+            await self.observer(rotation)
+        return rotation
+
+    async def remove(self, key: str) -> int:
+        """Delete the session and its archives (its thread purged), tell the observer; return
+        how many files went."""
+        removed = self.delete_all(key)
+        await self.observer(Rotation(key, "purged", None))
+        return removed
 
     def delete_all(self, key: str) -> int:
         """Delete the session file and every archive of ``key``; return how many files went."""

@@ -71,6 +71,26 @@ class ToolCall:
                 "function": {"name": self.name, "arguments": self.arguments}}
 
 
+@dataclass(frozen=True)
+class Toolbox:
+    """The loaded tools and their schemas as every chat call sends them, counted once (the
+    schemas' tokens count against MAX_CONTEXT)."""
+
+    tools: Mapping[str, Tool]
+    schemas: list[dict[str, Any]]
+    schema_tokens: int
+
+    @classmethod
+    def of(cls, tools: Mapping[str, Tool], count: Callable[[str], int]) -> Toolbox:
+        """The toolbox of ``tools``, its schemas counted with ``count``."""
+        schemas = [tool.schema() for tool in tools.values()]
+        return cls(dict(tools), schemas, count(json.dumps(schemas)) if schemas else 0)
+
+    async def run(self, call: ToolCall, context: ToolContext, timeout: float) -> str:
+        """Run one call (see :func:`run_tool`)."""
+        return await run_tool(self.tools, call, context, timeout)
+
+
 def _as_text(result: Any) -> str:
     text = result if isinstance(result, str) else json.dumps(result, default=str)
     if len(text) > MAX_RESULT_CHARS:

@@ -68,7 +68,7 @@ async def usage(context: CommandContext) -> str:
     """The sender's plan and what is left of it."""
     gateway = context.gateway
     stored = await gateway.store.get_user(context.user.user_id)
-    fresh = await gateway.current_user(stored or context.user)
+    fresh = await gateway.accounts.current_user(stored or context.user)
     return (f"Plan: {fresh.plan}. AI credits left: {fresh.credits}. "
             f"Browser minutes: {fresh.browser_minutes}.")
 

@@ -96,7 +96,7 @@ class Harness(GatewayHarness):
 
     async def user(self, user_id: str = "alice", **kwargs: Any) -> dict[str, str]:
         """Create an account; return its Authorization header."""
-        _, token = await self.gateway.add_user(user_id, **kwargs)
+        _, token = await self.gateway.accounts.add_user(user_id, **kwargs)
         return {"Authorization": f"Bearer {token}"}
 
     async def chat(self, headers: dict[str, str], message: str, thread: str = "t1",

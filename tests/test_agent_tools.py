@@ -423,7 +423,7 @@ async def test_trimming_drops_an_old_exchange_with_its_reply_never_half_of_it(
     assert_every_request_keeps_tool_pairs(fake_llm)
     for request in fake_llm.requests:
         used = harness.gateway.counter.messages(request.messages)
-        assert used + harness.gateway.tool_schema_tokens <= 2700
+        assert used + harness.gateway.agent.toolbox.schema_tokens <= 2700
 
 
 async def test_tool_pairs_stay_whole_across_many_trimmed_turns(

@@ -364,7 +364,7 @@ async def test_bad_authorization_is_json_401_on_every_protected_route(
 
 async def test_replaced_token_is_401(harness: Harness, fake_llm: FakeLLM) -> None:
     old = await harness.user()
-    new_token = await harness.gateway.issue_token("alice")
+    new_token = await harness.gateway.accounts.issue_token("alice")
     await assert_json_error(await harness.chat(old, "hi"), 401)
     await assert_json_error(await harness.client.get("/api/threads", headers=old), 401)
     new = {"Authorization": f"Bearer {new_token}"}

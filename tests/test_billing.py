@@ -547,7 +547,7 @@ async def test_a_request_that_read_the_account_before_the_rollover_grants_nothin
     spent = (await response.json())["usage"]["credits"]
 
     for harness in (one, other):  # ...and now the first request gets to it
-        assert (await harness.gateway.current_user(stale)).credits == 1000 - spent
+        assert (await harness.gateway.accounts.current_user(stale)).credits == 1000 - spent
 
     assert (await kinds(one.gateway)).count("monthly_grant") == 1
     await assert_ledger_matches_balances(one.gateway, "alice")

@@ -228,7 +228,7 @@ async def test_user_ids_that_would_make_session_keys_ambiguous_are_refused(
     # 'alice-' + '--' + 't1' would be the key of alice's thread '-t1'.
     for bad in ("alice-", "a--b"):
         with pytest.raises(BadRequest):
-            await harness.gateway.add_user(bad)
+            await harness.gateway.accounts.add_user(bad)
 
 
 async def test_memory_never_crosses_users_whose_session_keys_look_alike(
@@ -236,7 +236,7 @@ async def test_memory_never_crosses_users_whose_session_keys_look_alike(
     alice = await harness.user("alice")
     # An account made before the user-id rule (straight in the store) must still be fenced off.
     await harness.gateway.store.create_user("alice-", "free", 100, 0)
-    mallory = {"Authorization": f"Bearer {await harness.gateway.issue_token('alice-')}"}
+    mallory = {"Authorization": f"Bearer {await harness.gateway.accounts.issue_token('alice-')}"}
     assert (await put_memory(harness, alice, "secret", "alice-only", thread="-t1")).status == 200
     response = await harness.client.get(MEMORY, params={"threadId": "t1"}, headers=mallory)
     assert response.status == 404

@@ -113,7 +113,7 @@ async def test_pending_and_failed_deliveries_show_in_the_thread_api_and_the_cli(
     await harness.gateway.receive(loop.message("m1", "first"))
     await harness.gateway.receive(loop.message("m2", "second"))
     await until(lambda: loop.attempts.get("m2") == 1)
-    token = await harness.gateway.issue_token("loop:ada")
+    token = await harness.gateway.accounts.issue_token("loop:ada")
 
     response = await harness.client.get("/api/threads/loop:c1",
                                         headers={"Authorization": f"Bearer {token}"})

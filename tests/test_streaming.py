@@ -137,7 +137,7 @@ async def test_a_saved_password_never_shows_in_a_preview(
     harness.gateway.inbox.preview_interval_seconds = 0.01
     await harness.gateway.receive(streaming_loop.message("m0", "hi"))
     await harness.gateway.drain()
-    token = await harness.gateway.issue_token("loop:ada")
+    token = await harness.gateway.accounts.issue_token("loop:ada")
     saved = await harness.client.put(
         "/api/user/browser-credentials", headers={"Authorization": f"Bearer {token}"},
         json={"site": "example.com", "username": "ada", "password": "Hunter2-Secret"})

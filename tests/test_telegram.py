@@ -254,7 +254,7 @@ async def test_channel_thread_is_reachable_by_its_owner_only_through_the_api(
     await post_update(tg, payload("tg_private_text.json"))
     await fake_telegram.wait_for_messages(1)
     await tg.gateway.drain()
-    owner = {"Authorization": f"Bearer {await tg.gateway.issue_token(f'telegram:{ADA}')}"}
+    owner = {"Authorization": f"Bearer {await tg.gateway.accounts.issue_token(f'telegram:{ADA}')}"}
     other = await tg.user("bob")
     response = await tg.client.get(f"/api/threads/telegram:{ADA}", headers=owner)
     assert response.status == 200

@@ -269,7 +269,7 @@ async def test_lookalike_session_keys_never_share_a_conversation(harness: Harnes
     alice = await harness.user("alice")
     # An account made before the user-id rule (straight in the store) must still be fenced off.
     await harness.gateway.store.create_user("alice-", "free", 100, 0)
-    mallory = {"Authorization": f"Bearer {await harness.gateway.issue_token('alice-')}"}
+    mallory = {"Authorization": f"Bearer {await harness.gateway.accounts.issue_token('alice-')}"}
     await chat_ok(harness, alice, f"my {ALICE_SECRET} is here", thread="-t1")
     requests_before = len(fake_llm.requests)
     response = await harness.chat(mallory, "what was said before?", thread="t1")

@@ -22,7 +22,7 @@ MAX_SECRET_CHARS = 1000
 async def get_credits(request: web.Request) -> web.Response:
     """Plan, balances and the current period (this month's grant applied if due)."""
     gateway, user = caller(request)
-    fresh = await gateway.current_user(await gateway.store.get_user(user.user_id) or user)
+    fresh = await gateway.accounts.current_user(await gateway.store.get_user(user.user_id) or user)
     start, end = period_bounds(fresh.period)
     return web.json_response({"userId": fresh.user_id, "plan": fresh.plan,
                               "credits": fresh.credits, "browserMinutes": fresh.browser_minutes,
@@ -40,7 +40,7 @@ async def get_usage(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", DEFAULT_USAGE_PAGE, low=1, high=MAX_USAGE_PAGE)
     before = int_param(request, "before", None, low=1, high=2**62)
     assert limit is not None
-    fresh = await gateway.current_user(user)
+    fresh = await gateway.accounts.current_user(user)
     start, end = period_bounds(fresh.period)
     entries, next_before = await gateway.store.ledger_page(user.user_id, limit, before)
     totals = await gateway.store.ledger_totals(user.user_id, start)

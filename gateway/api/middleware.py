@@ -138,7 +138,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if _is_protected(request.path):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        request[user_key] = await request.app[gateway_key].authenticate(token)
+        request[user_key] = await request.app[gateway_key].accounts.authenticate(token)
     return await handler(request)
 
 
