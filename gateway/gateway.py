@@ -15,7 +15,7 @@ from . import hooks, validation
 from .accounts import Accounts
 from .agent import Agent, PendingSummary, TurnResult
 from .billing import CreditGuard, RateLimiter
-from .commands import ChatCommand, index_commands
+from .commands import ChatCommand, Command, index_commands, run_command
 from .config import Settings
 from .errors import ConfigError, NotFound, PluginError, Unavailable
 from .hooks import PluginHooks
@@ -27,7 +27,7 @@ from .plugins import PluginManager, make_plugin_manager
 from .retention import Retention
 from .secrets import SecretBox, load_or_create_key
 from .sessions import SessionStore
-from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef
+from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
 from .store.sqlite import SQLiteStore
 from .tokens import TokenCounter
 from .tools import Tool, Toolbox
@@ -358,6 +358,10 @@ class Gateway:
                       message.message_id, exc)
             raise Unavailable("the message cannot be stored right now; deliver it again "
                               "later") from None
+
+    async def run_command(self, command: Command, user: User, ref: ThreadRef) -> str:
+        """Run a chat command for ``user`` in the conversation ``ref``; return its answer."""
+        return await run_command(self, command, user, ref)
 
     # --- sessions ----------------------------------------------------------------------------
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:

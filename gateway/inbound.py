@@ -21,15 +21,16 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import validation
 from .billing import RateLimiter, period_of
-from .commands import Command, run_command
+from .commands import Command
+from .config import Settings
 from .errors import (
     BadRequest,
     EmptyReply,
@@ -39,14 +40,16 @@ from .errors import (
     ProviderError,
     RateLimited,
 )
-from .interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image
+from .interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image, TextSink
 from .queues import ConversationQueues
-from .store import ChannelMessage, Delivery, InboxEntry, ThreadRef, User
+from .secrets import SecretBox
+from .store import ChannelMessage, Delivery, InboxEntry, Store, ThreadRef, User
 from .streaming import PREVIEW_INTERVAL_SECONDS, Preview
 from .text import split_text
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .agent import TurnResult
+    from .outbox import Outbox
 
 __all__ = [
     "Attachment",
@@ -141,10 +144,43 @@ async def typing_indicator(show: Callable[[], Awaitable[None]] | None,
         await asyncio.gather(task, return_exceptions=True)
 
 
+class InboxHost(Protocol):
+    """What the inbox uses of the gateway, and nothing more."""
+
+    settings: Settings
+    store: Store
+    clock: Callable[[], float]
+    stopping: asyncio.Event
+    outbox: Outbox
+
+    @property
+    def channels(self) -> Mapping[str, Channel]:
+        """The loaded channels by name."""
+
+    @property
+    def secret_box(self) -> SecretBox:
+        """Encryption of the inbox's payloads."""
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run background work that shutdown waits for."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, or less if the gateway begins to stop."""
+
+    async def chat(self, user_id: str, ref: ThreadRef, message: str,
+                   specialist: str | None = None, inbound: ChannelMessage | None = None,
+                   on_text: TextSink | None = None,
+                   images: Sequence[Image] = ()) -> TurnResult:
+        """Run one turn on the thread."""
+
+    async def run_command(self, command: Command, user: User, ref: ThreadRef) -> str:
+        """Run a chat command; return its answer."""
+
+
 class Inbox:
     """Takes channel messages durably and sees each through to a stored answer."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: InboxHost) -> None:
         self.gateway = gateway
         self.queues: ConversationQueues[InboundMessage] = ConversationQueues(
             self._handle, gateway.spawn, key=lambda m: m.conversation, what="inbound message")
@@ -292,7 +328,7 @@ class Inbox:
             return found
         if message.command is None:
             raise ValueError("answer_inline runs commands only")
-        return await run_command(self.gateway, message.command, *found)
+        return await self.gateway.run_command(message.command, *found)
 
     async def _identify(self, message: InboundMessage) -> tuple[User, ThreadRef] | str:
         """The sender's account and the conversation's thread (owned by whoever started it),
@@ -326,7 +362,7 @@ class Inbox:
             return await self._reply(message, message.notice)
         if message.command is not None:
             return await self._reply(message,
-                                     await run_command(gw, message.command, user, ref))
+                                     await gw.run_command(message.command, user, ref))
         return await self._chat(message, user, ref, preview)
 
     async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,

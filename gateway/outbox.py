@@ -22,19 +22,17 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from . import hooks
-from .interfaces import DeliveryFailed, DeliveryRetry
+from .config import Settings
+from .hooks import PluginHooks
+from .interfaces import Channel, DeliveryFailed, DeliveryRetry
 from .logs import mask_secrets
 from .queues import ConversationQueues
-from .store import Delivery
+from .store import Delivery, Store
 from .text import split_text
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +47,30 @@ def describe(error: BaseException) -> str:
     return mask_secrets(f"{name}: {text}" if text else name)[:300]
 
 
+class OutboxHost(Protocol):
+    """What the outbox uses of the gateway, and nothing more."""
+
+    settings: Settings
+    store: Store
+    clock: Callable[[], float]
+    stopping: asyncio.Event
+    hooks: PluginHooks
+
+    @property
+    def channels(self) -> Mapping[str, Channel]:
+        """The loaded channels by name."""
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run background work that shutdown waits for."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, or less if the gateway begins to stop."""
+
+
 class Outbox:
     """Delivers stored replies through their channels (see the module docstring)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: OutboxHost) -> None:
         self.gateway = gateway
         self.queues: ConversationQueues[Delivery] = ConversationQueues(
             self._deliver, gateway.spawn, key=lambda d: d.conversation, what="delivery")
@@ -138,6 +156,5 @@ class Outbox:
             if sent < len(chunks):
                 await gw.store.delivery_progress(delivery.channel, delivery.message_id, sent)
         await gw.store.delivery_finished(delivery.channel, delivery.message_id)
-        await hooks.notify_each(gw.pm.hook.reply_sent, gateway=gw,
-                                message=replace(delivery, chunks_sent=sent, attempts=attempts),
-                                text=delivery.text)
+        await gw.hooks.reply_sent(replace(delivery, chunks_sent=sent, attempts=attempts),
+                                  delivery.text)
