@@ -104,6 +104,15 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     await asyncio.wait_for(poll(), timeout)
 
 
+async def stop_while_held(harness: Any, release: asyncio.Event) -> None:
+    """Stop the harness's gateway (by closing its client) while a fake LLM answer waits on
+    ``release``; let the answer go once the stop has begun, and wait for the stop to end."""
+    stopping = asyncio.ensure_future(harness.client.close())
+    await until(harness.gateway.stopping.is_set)
+    release.set()
+    await stopping
+
+
 def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The caller's environment without any gateway setting (no ``CLOUDYBOT_*``, no core
     variable, no ``OPENAI_API_KEY``), on ``data_dir``; ``extra`` added."""

@@ -7,6 +7,7 @@ the fake LLM. Waits are bounded polls.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -22,7 +23,7 @@ from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
-from tests.helpers import until
+from tests.helpers import stop_while_held, until
 
 
 @pytest.fixture
@@ -57,9 +58,11 @@ async def test_a_message_during_summarization_waits_and_sees_the_summary(
         fake_llm: FakeLLM) -> None:
     harness = await start_gateway(summarize_at=4, keep_recent=2)
 
+    release = asyncio.Event()
+
     def slow_summary(request: Recorded) -> Scripted:
         if request.is_summary:
-            return Scripted(body=completion("SUMMARY[the first turn]"), delay=1.0)
+            return Scripted(body=completion("SUMMARY[the first turn]"), release=release)
         return Scripted(body=completion(f"echo: {last_user_text(request)}"))
 
     fake_llm.responder = slow_summary
@@ -69,6 +72,7 @@ async def test_a_message_during_summarization_waits_and_sees_the_summary(
     await until(lambda: len(fake_llm.summary_requests) == 1)
     assert loop.texts() == ["echo: one", "echo: two"]  # answered before the summary is done
     await harness.gateway.receive(loop.message("m3", "three"))  # arrives while it runs
+    release.set()
     await until(lambda: len(loop.sent) == 3)
     await harness.gateway.drain()
     kinds = ["summary" if r.is_summary else last_user_text(r) for r in fake_llm.requests]
@@ -83,9 +87,12 @@ async def test_a_message_during_summarization_waits_and_sees_the_summary(
 async def test_gateway_stop_finishes_queued_work_of_every_conversation(
         loop: LoopChannel, harness: Harness, fake_llm: FakeLLM) -> None:
 
+    release = asyncio.Event()
+
     def slow_first(request: Recorded) -> Scripted:
         text = last_user_text(request)
-        return Scripted(body=completion(f"echo: {text}"), delay=0.5 if text == "a1" else 0)
+        return Scripted(body=completion(f"echo: {text}"),
+                        release=release if text == "a1" else None)
 
     fake_llm.responder = slow_first
     for message_id in ("a1", "a2", "a3"):
@@ -93,7 +100,7 @@ async def test_gateway_stop_finishes_queued_work_of_every_conversation(
                                                    conversation="loop:a"))
     await harness.gateway.receive(loop.message("b1", "b1", conversation="loop:b"))
     await until(lambda: any(last_user_text(r) == "a1" for r in fake_llm.requests))
-    await harness.client.close()  # Gateway.stop() while a1 runs and a2, a3 wait
+    await stop_while_held(harness, release)  # Gateway.stop() while a1 runs, a2 and a3 wait
     assert loop.texts("loop:a") == ["echo: a1", "echo: a2", "echo: a3"]
     assert loop.texts("loop:b") == ["echo: b1"]
     assert harness.gateway.inbox.queues.pending() == 0

@@ -6,6 +6,7 @@ and display transcript as they were (SPEC §7, §9; ``Provider`` docstring).
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import math
 import socket
@@ -108,11 +109,13 @@ async def test_provider_timeout_is_504_and_charges_nothing(
     auth = await harness.user()
     before = await thread_with_history(harness, auth)
     requests_before = len(fake_llm.requests)
-    fake_llm.script.append(Scripted(body=completion("too late"), delay=2.0))
+    release = asyncio.Event()
+    fake_llm.script.append(Scripted(body=completion("too late"), release=release))
 
     response = await harness.chat(auth, "this one times out")
 
     await assert_error(response, 504, "provider_timeout")
+    release.set()
     assert len(fake_llm.requests) - requests_before == 1
     await harness.gateway.drain()
     assert await snapshot(harness, auth) == before

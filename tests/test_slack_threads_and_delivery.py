@@ -28,7 +28,7 @@ from gateway.testing.slack import (
     slash_command_body,
 )
 from tests.conftest import Harness
-from tests.helpers import until
+from tests.helpers import stop_while_held, until
 from tests.test_slack import payload, post_signed
 
 CHANNEL = "C0LAN2Q65"
@@ -297,16 +297,19 @@ async def test_missing_scope_is_not_retried(
 # --- shutdown ---------------------------------------------------------------------------
 async def test_stopping_the_gateway_delivers_queued_replies(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
+    release = asyncio.Event()
+
     def slow_first(request: Any) -> Scripted:
         text = request.messages[-1]["content"]
-        return Scripted(body=completion(f"echo: {text}"), delay=0.5 if text == "one" else 0)
+        return Scripted(body=completion(f"echo: {text}"),
+                        release=release if text == "one" else None)
 
     fake_llm.responder = slow_first
     for index, text in enumerate(["one", "two"]):
         body = event_body(im_event(text, f"1767225660.00010{index}"), f"Ev0STOP{index}")
         assert (await post_signed(slack, body)).status == 200
     await until(lambda: len(fake_llm.chat_requests) == 1)
-    await slack.client.close()  # stops the gateway while "one" is answered and "two" waits
+    await stop_while_held(slack, release)  # while "one" is answered and "two" waits
     assert [c.params["text"] for c in fake_slack.calls_to("chat.postMessage")] == [
         "echo: one", "echo: two"]
 
@@ -322,7 +325,8 @@ async def test_slack_new_behind_a_running_turn_is_acked_then_confirmed(
         slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM) -> None:
     channel = slack.gateway.channels["slack"]
     channel.command_ack_seconds = 0.05  # type: ignore[attr-defined]
-    fake_llm.script = [Scripted(body=completion("slow answer"), delay=0.5)]
+    release = asyncio.Event()
+    fake_llm.script = [Scripted(body=completion("slow answer"), release=release)]
     im = json.dumps({"type": "event_callback", "team_id": "T0G9PQBBK", "event_id": "EvSLOW",
                      "event": {"type": "message", "channel_type": "im", "channel": "D0LAN2Q65",
                                "user": "U061F7AUR", "text": "think hard",
@@ -334,7 +338,8 @@ async def test_slack_new_behind_a_running_turn_is_acked_then_confirmed(
     response = await slack.client.post("/slack/events", data=body, headers={
         **sign(SIGNING_SECRET, body), "Content-Type": "application/x-www-form-urlencoded"})
     assert response.status == 200
-    assert "Working on it" in await response.text()
+    assert "Working on it" in await response.text()  # acked while the turn still runs
+    release.set()
     [confirmation] = await fake_slack.wait_for("chat.postEphemeral", 1)
     assert confirmation.params["text"].startswith("Started a new conversation")
     await asyncio.wait_for(slack.gateway.drain(), 5)

@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
+from tests.helpers import until
 
 
 async def _thread(harness: Harness, auth: dict[str, str], thread: str = "t1") -> Any:
@@ -163,13 +164,17 @@ async def test_thirty_concurrent_turns_on_one_thread_are_serialized(
 async def test_different_threads_run_in_parallel(harness: Harness, fake_llm: FakeLLM) -> None:
     auth = await harness.user()
 
+    release = asyncio.Event()
+
     def responder(request: Any) -> Scripted:
         text = request.messages[-1]["content"]
-        return Scripted(body=completion(f"echo: {text}"), delay=2.0 if text == "slow" else 0)
+        return Scripted(body=completion(f"echo: {text}"),
+                        release=release if text == "slow" else None)
 
     fake_llm.responder = responder
     slow = asyncio.ensure_future(harness.chat(auth, "slow", thread="a"))
-    fast = asyncio.ensure_future(harness.chat(auth, "fast", thread="b"))
-    done, _ = await asyncio.wait({slow, fast}, return_when=asyncio.FIRST_COMPLETED)
-    assert done == {fast}
+    await until(lambda: len(fake_llm.chat_requests) == 1)
+    assert (await harness.chat(auth, "fast", thread="b")).status == 200  # while "slow" waits
+    assert not slow.done()
+    release.set()
     assert (await slow).status == 200

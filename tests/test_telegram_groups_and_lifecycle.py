@@ -6,6 +6,7 @@ bounded polls on what the fakes recorded. Tests marked ``xfail(strict=True)`` pi
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ from gateway.testing.telegram import (
     upgraded_to_supergroup,
 )
 from tests.conftest import Harness
-from tests.helpers import until
+from tests.helpers import stop_while_held, until
 from tests.test_telegram import ADA, payload, post_update
 
 GRACE = 777000222
@@ -411,9 +412,12 @@ async def test_bot_token_never_reaches_the_logs(
 # --- concurrency and shutdown -------------------------------------------------------------------
 async def test_a_slow_chat_does_not_hold_up_another_chat(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
+    release = asyncio.Event()
+
     def slow_for_ada(request: Any) -> Scripted:
         text = request.messages[-1]["content"]
-        return Scripted(body=completion(f"echo: {text}"), delay=2.0 if text == "slow" else 0)
+        return Scripted(body=completion(f"echo: {text}"),
+                        release=release if text == "slow" else None)
 
     fake_llm.responder = slow_for_ada
     await post_update(tg, private_update(902348090, "slow"))
@@ -421,6 +425,7 @@ async def test_a_slow_chat_does_not_hold_up_another_chat(
     await post_update(tg, private_update(902348091, "fast", user=777000333))
     [first] = await fake_telegram.wait_for_messages(1)
     assert (first.params["chat_id"], first.params["text"]) == ("777000333", "echo: fast")
+    release.set()
     sent = await fake_telegram.wait_for_messages(2)
     assert sent[1].params["text"] == "echo: slow"
 
@@ -450,14 +455,17 @@ async def test_stopping_the_gateway_delivers_queued_replies(
         tg: Harness, fake_telegram: FakeTelegramChats, fake_llm: FakeLLM) -> None:
     tg.gateway.outbox.backoff_seconds = 0.01
 
+    release = asyncio.Event()
+
     def slow_first(request: Any) -> Scripted:
         text = request.messages[-1]["content"]
-        return Scripted(body=completion(f"echo: {text}"), delay=0.5 if text == "one" else 0)
+        return Scripted(body=completion(f"echo: {text}"),
+                        release=release if text == "one" else None)
 
     fake_llm.responder = slow_first
     await post_update(tg, private_update(902348120, "one"))
     await post_update(tg, private_update(902348121, "two"))
     await until(lambda: len(fake_llm.chat_requests) == 1)
-    await tg.client.close()  # stops the gateway while "one" is answered and "two" waits
+    await stop_while_held(tg, release)  # while "one" is answered and "two" waits
     assert len(fake_llm.chat_requests) == 2  # both turns ran (and were stored)
     assert fake_telegram.texts() == ["echo: one", "echo: two"]

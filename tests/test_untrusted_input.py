@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import stat
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,15 +228,13 @@ async def test_stalled_body_is_cut_with_408_and_the_connection_closed(
                           ("/chat", [(b"Authorization", token)]),
                           ("/healthz", [])]:
         method = "GET" if path == "/healthz" else "POST"
-        started = time.monotonic()
-        # Content-Length says 100, ten bytes come, then nothing: the server must not wait on.
+        # Content-Length says 100, ten bytes come, then nothing: the server must not wait on
+        # (the client gives up after 3 s, six times the body timeout: no 408 by then fails).
         response = await raw_exchange(harness, http_request(
             method, path, headers, b'{"a": "bc"', content_length=100), timeout=3.0)
-        elapsed = time.monotonic() - started
         assert response.status == 408, (path, response)
         assert response.json_error()["code"] == "body_timeout"
         assert response.headers.get("connection", "").lower() == "close"
-        assert 0.4 < elapsed < 3.0, (path, elapsed)
 
 
 async def test_body_that_arrives_is_read_once_and_given_to_the_handler(
