@@ -39,6 +39,7 @@ from .interfaces import (
     PromptSection,
     Provider,
     ReservedChannel,
+    TextSink,
     TurnContext,
 )
 from .logs import redact_in_logs
@@ -76,6 +77,7 @@ __all__ = [
     "ProviderTimeout",
     "RateLimited",
     "ReservedChannel",
+    "TextSink",
     "ThreadRef",
     "Tool",
     "ToolCall",

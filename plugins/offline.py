@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway import Completion, CompletionRequest, Gateway, Provider, hookimpl
+from gateway import Completion, CompletionRequest, Gateway, Provider, TextSink, hookimpl
 
 MODEL = "offline"
+STREAM_PIECES = 4
 SUMMARY_CHARS = 1500
 _TAG = re.compile(r"<[^>]+>")
 
@@ -35,6 +36,14 @@ class OfflineProvider(Provider):
             text = self._reply(messages)
         return Completion(text, MODEL, prompt_tokens=0, completion_tokens=0)
 
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        """The same answer as :meth:`complete`, handed over in a few pieces (cut between
+        words), so that a streaming client sees it grow."""
+        completion = await self.complete(request)
+        for piece in _pieces(completion.text, STREAM_PIECES):
+            await on_text(piece)
+        return completion
+
     @staticmethod
     def _summarize(data: str) -> str:
         plain = " ".join(_TAG.sub(" ", data).split())
@@ -56,6 +65,18 @@ class OfflineProvider(Provider):
         facts.append(f"{len(history)} recent message{'s' if len(history) != 1 else ''}")
         return (f"(offline mode: no LLM is configured) You said: \"{_quote(said)}\". "
                 f"I can see {'; '.join(facts)}.")
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """``text`` cut into about ``count`` pieces, each ending after a space (joined, the text)."""
+    size = max(1, len(text) // count)
+    pieces, start = [], 0
+    while start < len(text):
+        end = text.find(" ", start + size)
+        end = len(text) if end < 0 else end + 1
+        pieces.append(text[start:end])
+        start = end
+    return pieces
 
 
 def _text_of(content: Any) -> str:

@@ -1,17 +1,34 @@
-"""``POST /chat``: one turn."""
+"""``POST /chat``: one turn, answered as JSON or, with ``Accept: text/event-stream``, streamed."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from aiohttp import web
 
 from .. import validation
-from ..commands import run_command, slash_command
+from ..agent import TurnResult
+from ..commands import slash_command
 from .context import caller
+from .events import ReplyDeltas, stream_answer, stream_turn, wants_events
 from .middleware import read_json_object
 
 
-async def post_chat(request: web.Request) -> web.Response:
-    """Run a turn and answer with the reply and its usage."""
+def _answer(thread_id: str, result: TurnResult) -> dict[str, Any]:
+    """The ``/chat`` answer of a turn."""
+    return {
+        "threadId": thread_id,
+        "reply": result.reply,
+        "usage": {"promptTokens": result.prompt_tokens,
+                  "completionTokens": result.completion_tokens,
+                  "credits": result.credits},
+        "summarized": result.summarized,
+        "sessionRotated": result.session_rotated,
+    }
+
+
+async def post_chat(request: web.Request) -> web.StreamResponse:
+    """Run a turn and answer with the reply and its usage (streamed when asked for)."""
     gateway, user = caller(request)
     body = await read_json_object(request)
     ref = await gateway.resolve_thread(user.user_id, body.get("threadId"))
@@ -19,23 +36,20 @@ async def post_chat(request: web.Request) -> web.Response:
     specialist = body.get("specialist")
     if specialist is not None:
         specialist = validation.name(specialist, "specialist")
+    streamed = wants_events(request)
     command = slash_command(message, gateway.commands)
     if command is not None:  # the composer's "/remember name Ada": no LLM, no credits
-        return web.json_response({
-            "threadId": ref.thread_id,
-            "reply": await run_command(gateway, command, user, ref),
-            "command": command.name,
-            "usage": {"promptTokens": 0, "completionTokens": 0, "credits": 0},
-            "summarized": False,
-            "sessionRotated": False,
-        })
-    result = await gateway.chat(user.user_id, ref, message, specialist)
-    return web.json_response({
-        "threadId": ref.thread_id,
-        "reply": result.reply,
-        "usage": {"promptTokens": result.prompt_tokens,
-                  "completionTokens": result.completion_tokens,
-                  "credits": result.credits},
-        "summarized": result.summarized,
-        "sessionRotated": result.session_rotated,
-    })
+        reply = await gateway.run_command(command, user, ref)
+        answer = {**_answer(ref.thread_id, TurnResult(reply, 0, 0, 0, False, False)),
+                  "command": command.name}
+        return await stream_answer(request, reply, answer) if streamed \
+            else web.json_response(answer)
+    if not streamed:
+        return web.json_response(_answer(ref.thread_id, await gateway.chat(
+            user.user_id, ref, message, specialist)))
+    deltas = ReplyDeltas()
+    # Its own task: a client that disconnects stops the stream, never the turn.
+    turn = gateway.spawn(gateway.chat(user.user_id, ref, message, specialist,
+                                      on_text=deltas.on_text))
+    return await stream_turn(request, turn, deltas,
+                             lambda result: _answer(ref.thread_id, result))

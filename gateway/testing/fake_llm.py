@@ -49,7 +49,9 @@ class Scripted:
     A request with ``"stream": true`` gets a 200 ``body`` as Server-Sent Events, the way OpenAI
     streams: the content in pieces of ``piece_chars`` characters, ``piece_delay`` seconds apart,
     then the tool calls, then (with ``stream_options.include_usage``) the usage, then
-    ``data: [DONE]``; with ``break_after``, a broken event follows that many pieces instead.
+    ``data: [DONE]``; with ``break_after``, a broken event follows that many pieces instead;
+    with ``pause_after``, the stream waits on ``resume`` after that many pieces (a client can
+    act mid-stream at a known moment).
     """
 
     status: int = 200
@@ -61,6 +63,8 @@ class Scripted:
     piece_chars: int = 8
     piece_delay: float = 0.0
     break_after: int | None = None
+    pause_after: int | None = None
+    resume: asyncio.Event | None = None
 
 
 def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
@@ -148,6 +152,8 @@ class FakeLLM:
                 await response.write(b"data: {the stream broke\n\n")
                 await response.write_eof()
                 return response
+            if number == answer.pause_after and answer.resume is not None:
+                await answer.resume.wait()
             if answer.piece_delay:
                 await asyncio.sleep(answer.piece_delay)
             await event(chunk({"content": text[start:start + answer.piece_chars]}))
