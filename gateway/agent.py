@@ -182,14 +182,24 @@ class Agent:
     async def _begin_session(self, ref: ThreadRef,
                              state: TurnState) -> tuple[Rotation | None, bool]:
         """Rotate the session if due; return the rotation and whether this turn starts a new
-        session. A conversation with history but no session file starts one, whether it
-        rotated just now or earlier (``cloudybot sessions rotate``,
-        rotate_session_if_needed)."""
+        session (see :func:`_starts_session`)."""
         rotation, active = await self.sessions.begin_turn(ref.session_key)
-        new_session = rotation is not None or (
-            not active and state.thread is not None
-            and bool(state.messages or state.thread.summary))
-        return rotation, new_session
+        return rotation, _starts_session(rotation is not None, active, state)
+
+    async def next_prompt(self, ref: ThreadRef, user_id: str,
+                          specialist: str | None = None) -> tuple[Prompt, tuple[str, ...]]:
+        """The prompt the next turn of ``ref`` would send before its new message (empty
+        here), and the saved passwords it holds: assembled by the very code a turn uses,
+        plugin sections included, while changing nothing (no rotation, no charge)."""
+        state = await self.store.load_turn(ref, user_id, specialist)
+        if specialist is not None and state.specialist_instructions is None:
+            raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
+        due, active = self.sessions.peek(ref.session_key)
+        credentials = open_credentials(self.secret_box, user_id, state.credentials)
+        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, "", specialist)
+        prompt = await self._prompt(turn, state, "", credentials,
+                                    _starts_session(due is not None, active, state), ())
+        return prompt, tuple(credential.password for credential in credentials)
 
     async def _prompt(self, turn: TurnContext, state: TurnState, message: str,
                       credentials: list[Credential], new_session: bool,
@@ -473,6 +483,14 @@ class Agent:
                         "turn", pending.ref.session_key)
             return None
         return summary, completion
+
+
+def _starts_session(rotates: bool, active: bool, state: TurnState) -> bool:
+    """Whether a turn starts a new session: its session rotates, or the conversation has
+    history but no session file (rotated earlier: ``cloudybot sessions rotate``,
+    rotate_session_if_needed)."""
+    return rotates or (not active and state.thread is not None
+                       and bool(state.messages or state.thread.summary))
 
 
 def _well_formed(call: object) -> bool:

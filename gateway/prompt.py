@@ -59,15 +59,24 @@ class PromptInputs:
     user_images: Sequence[str] = ()
 
 
+# The system message's layers in order, by the position a plugin section names to follow one.
+LAYERS = {"after_instructions": "base", "after_pinned": "pinned",
+          "after_specialist": "specialist", "after_summary": "summary", "after_hints": "hints"}
+LAYER_SEPARATOR = "\n\n"
+
+
 @dataclass
 class Prompt:
     """The messages to send and what they cost.
 
     History is kept as units (a message, or a reply with the tool calls and results that led to
-    it), oldest first, so that more can be dropped later without splitting a unit.
+    it), oldest first, so that more can be dropped later without splitting a unit. ``layers``
+    are the system message's parts as (layer name, text), in order: joined by blank lines,
+    they are ``system_text``.
     """
 
     system_text: str
+    layers: list[tuple[str, str]]
     units: list[list[dict[str, Any]]]
     unit_costs: list[int]
     user_message: str
@@ -113,8 +122,9 @@ def render_credentials(credentials: Iterable[Credential]) -> str:
             f"user):\n{lines}")
 
 
-def system_sections(inputs: PromptInputs) -> list[str]:
-    """The system message's sections in their fixed order, plugin sections in place."""
+def system_layers(inputs: PromptInputs) -> list[tuple[str, str]]:
+    """The system message's layers in their fixed order, as (name, text); a plugin section
+    belongs to the layer it follows. Absent layers are left out."""
     builtin: list[tuple[str, str | None]] = [
         ("after_instructions",
          f"{inputs.instructions}\nYou are answering as the model {inputs.model}."),
@@ -130,17 +140,19 @@ def system_sections(inputs: PromptInputs) -> list[str]:
                 ROTATION_HINT if inputs.session_rotated else "",
             ) if part) or None),
     ]
-    parts: list[str] = []
+    layers: list[tuple[str, str]] = []
     for position, text in builtin:
-        if text:
-            parts.append(text)
+        parts = [text] if text else []
         parts.extend(s.text for s in inputs.sections if s.position == position and s.text)
-    return parts
+        if parts:
+            layers.append((LAYERS[position], LAYER_SEPARATOR.join(parts)))
+    return layers
 
 
 def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> Prompt:
     """Build the prompt; drop the oldest recent messages until it fits, or raise 413."""
-    system_text = "\n\n".join(system_sections(inputs))
+    layers = system_layers(inputs)
+    system_text = LAYER_SEPARATOR.join(text for _, text in layers)
     fixed = (REPLY_PRIMING + inputs.reserved_tokens
              + counter.message("system", counter.count(system_text))
              + counter.message("user", inputs.user_tokens))
@@ -171,5 +183,5 @@ def assemble(inputs: PromptInputs, counter: TokenCounter, max_context: int) -> P
         budget -= cost
         kept += 1
     first = len(units) - kept
-    return Prompt(system_text, units[first:], costs[first:], inputs.user_message,
+    return Prompt(system_text, layers, units[first:], costs[first:], inputs.user_message,
                   max_context - budget, first, tuple(inputs.user_images))

@@ -180,6 +180,11 @@ class SessionStore:
         """Why the session must rotate now (``idle`` or ``size``), or None. One ``stat``."""
         return self._due(key)[0]
 
+    def peek(self, key: str) -> tuple[str | None, bool]:
+        """(why the session would rotate now, or None; whether its file exists), changing
+        nothing. One ``stat``."""
+        return self._due(key)
+
     def rotate_if_needed(self, key: str) -> Rotation | None:
         """Archive the session if it is idle or too large; return what happened."""
         return self.check(key)[0]

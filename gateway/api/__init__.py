@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, chat, pinned, threads
+from . import account, chat, inspector, pinned, threads
 
 
 def api_routes() -> list[web.RouteDef]:
@@ -22,6 +22,7 @@ def api_routes() -> list[web.RouteDef]:
         web.delete("/api/user/browser-credentials", account.delete_credential),
         web.get("/api/threads", threads.list_threads),
         web.get("/api/threads/{thread_id}", threads.get_thread),
+        web.get("/api/threads/{thread_id}/context", inspector.get_context),
         web.post("/api/threads/{thread_id}/clear", threads.clear_thread),
         web.delete("/api/threads/{thread_id}", threads.delete_thread),
         web.get("/api/specialists", account.list_specialists),
