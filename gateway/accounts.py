@@ -1,7 +1,9 @@
-"""Accounts: API tokens, creating users on a plan, and the monthly grant."""
+"""Accounts: API tokens, dashboard sessions and login links, creating users on a plan, and the
+monthly grant."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 
@@ -10,10 +12,12 @@ from .billing import period_of
 from .config import Settings
 from .errors import BadRequest, Unauthorized
 from .secrets import hash_token, new_api_token
-from .store import Store, User
+from .store import Store, User, WebSession
 
 AUTH_CACHE_SECONDS = 10.0
 AUTH_CACHE_SIZE = 10_000
+WEB_SESSION_SECONDS = 14 * 86400
+LOGIN_LINK_SECONDS = 15 * 60
 
 
 class Accounts:
@@ -79,3 +83,36 @@ class Accounts:
         self._auth_cache = {digest: entry for digest, entry in self._auth_cache.items()
                             if entry[1].user_id != user_id}
         return token
+
+    # --- the dashboard ----------------------------------------------------------------------
+    async def sign_in(self, user: User) -> tuple[str, str]:
+        """Start a dashboard session for ``user``: (its id, for the cookie; its CSRF token).
+        Only the id's hash is stored."""
+        session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
+        await self.store.create_web_session(hash_token(session_id), user.user_id, csrf,
+                                            self.clock() + WEB_SESSION_SECONDS)
+        return session_id, csrf
+
+    async def web_session(self, session_id: str) -> WebSession | None:
+        """The signed-in session of a cookie's id, or None (unknown, expired or signed out)."""
+        if not session_id:
+            return None
+        return await self.store.web_session(hash_token(session_id))
+
+    async def sign_out(self, session_id: str) -> None:
+        """End the session on the server: its cookie never works again."""
+        await self.store.delete_web_session(hash_token(session_id))
+
+    async def login_link_code(self, user_id: str) -> str:
+        """A single-use sign-in code for ``user_id``, valid ``LOGIN_LINK_SECONDS``."""
+        code = secrets.token_urlsafe(32)
+        await self.store.create_login_link(hash_token(code), user_id,
+                                           self.clock() + LOGIN_LINK_SECONDS)
+        return code
+
+    async def redeem_login_code(self, code: str) -> User | None:
+        """The account a sign-in code signs in (spent now), or None if it is not valid."""
+        if not code:
+            return None
+        user_id = await self.store.use_login_link(hash_token(code))
+        return await self.store.get_user(user_id) if user_id is not None else None

@@ -110,6 +110,16 @@ def cmd_users_grant(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users_login_link(args: argparse.Namespace) -> int:
+    """A single-use dashboard sign-in link (15 minutes), printed as the last line."""
+    settings = _settings(args)
+    code = _with_gateway(settings, lambda gw: gw.accounts.login_link_code(args.user_id))
+    base = (args.base_url or f"http://{settings.host}:{settings.port}").rstrip("/")
+    print(f"sign-in link for {args.user_id} (works once, for 15 minutes):")
+    print(f"{base}/auth/login?code={code}")
+    return 0
+
+
 def cmd_users_token(args: argparse.Namespace) -> int:
     """Issue a new API token (earlier ones stop working); printed as the last line."""
     token = _with_gateway(_settings(args), lambda gw: gw.accounts.issue_token(args.user_id))
@@ -303,6 +313,12 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     token = users.add_parser("token", parents=[common], help="issue a new API token")
     token.add_argument("user_id")
     token.set_defaults(handler=cmd_users_token)
+    link = users.add_parser("login-link", parents=[common],
+                            help="a single-use dashboard sign-in link (15 minutes)")
+    link.add_argument("user_id")
+    link.add_argument("--base-url", help="the dashboard's address as users reach it "
+                      "(default http://CLOUDYBOT_HOST:CLOUDYBOT_PORT)")
+    link.set_defaults(handler=cmd_users_login_link)
     plan = users.add_parser("plan", parents=[common], help="move an account to another plan")
     plan.add_argument("user_id")
     plan.add_argument("plan")

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, chat, inspector, pinned, threads
+from . import account, chat, inspector, pinned, signin, threads
 
 
 def api_routes() -> list[web.RouteDef]:
-    """Every ``/chat`` and ``/api/*`` route; all need a bearer token."""
+    """Every ``/chat`` and ``/api/*`` route (all need a bearer token or a dashboard session)
+    and the dashboard's sign-in routes under ``/auth/``."""
     return [
+        web.post("/auth/session", signin.post_sign_in),
+        web.get("/auth/login", signin.get_login_link),
+        web.get("/api/session", signin.get_session),
+        web.delete("/api/session", signin.delete_session),
         web.post("/chat", chat.post_chat),
         web.get("/api/user/memory", pinned.get_memory),
         web.put("/api/user/memory", pinned.put_memory),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..gateway import Gateway
-from ..store import User
+from ..store import User, WebSession
 
 gateway_key = web.AppKey("gateway", Gateway)
 user_key = web.RequestKey("user", User)
+web_session_key = web.RequestKey("web_session", WebSession)

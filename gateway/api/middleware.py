@@ -5,6 +5,7 @@ are made safe to read before a handler sees them."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import math
@@ -14,8 +15,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 
-from ..errors import BadRequest, GatewayError, RateLimited
-from .keys import gateway_key, user_key
+from ..errors import BadRequest, Forbidden, GatewayError, RateLimited, Unauthorized
+from .keys import gateway_key, user_key, web_session_key
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -24,6 +25,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
 AUTHENTICATED_PREFIXES = ("/chat", "/api/")
+SESSION_COOKIE = "cloudybot_session"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def error_response(status: int, code: str, message: str,
@@ -134,11 +138,27 @@ def _is_protected(path: str) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """``/chat`` and ``/api/*`` need ``Authorization: Bearer <token>``."""
+    """``/chat`` and ``/api/*`` need ``Authorization: Bearer <token>`` or a dashboard session
+    cookie; with only the cookie, a request that changes state must carry the session's CSRF
+    token in ``X-CSRF-Token`` (403 ``csrf_failed`` otherwise)."""
     if _is_protected(request.path):
+        accounts = request.app[gateway_key].accounts
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        request[user_key] = await request.app[gateway_key].accounts.authenticate(token)
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        if token or not cookie:
+            request[user_key] = await accounts.authenticate(token)
+        else:
+            session = await accounts.web_session(cookie)
+            if session is None:
+                raise Unauthorized("the dashboard session has ended; sign in again",
+                                   code="session_expired")
+            if request.method not in SAFE_METHODS and not hmac.compare_digest(
+                    request.headers.get(CSRF_HEADER, "").encode(), session.csrf.encode()):
+                raise Forbidden("this request needs the session's CSRF token in "
+                                f"{CSRF_HEADER}", code="csrf_failed")
+            request[user_key] = session.user
+            request[web_session_key] = session
     return await handler(request)
 
 

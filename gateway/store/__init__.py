@@ -27,6 +27,7 @@ from .records import (
     TurnState,
     TurnWritten,
     User,
+    WebSession,
 )
 
 
@@ -197,6 +198,23 @@ class Store(Protocol):
     async def delete_credential(self, user_id: str, site: str) -> list[SecretRecord]:
         """Forget one saved credential; return what remains."""
 
+    # --- dashboard sign-in --------------------------------------------------------
+    async def create_web_session(self, session_hash: str, user_id: str, csrf: str,
+                                 expires: float) -> None:
+        """Record a signed-in session (its id only as a hash) until ``expires`` (epoch s)."""
+
+    async def web_session(self, session_hash: str) -> WebSession | None:
+        """The account and CSRF token of a session that has not expired, or None."""
+
+    async def delete_web_session(self, session_hash: str) -> None:
+        """End a session (sign-out)."""
+
+    async def create_login_link(self, code_hash: str, user_id: str, expires: float) -> None:
+        """Record a single-use sign-in code (only its hash) valid until ``expires``."""
+
+    async def use_login_link(self, code_hash: str) -> str | None:
+        """Spend a sign-in code: the account it signs in, if it was valid; never again."""
+
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""
 
@@ -221,4 +239,5 @@ __all__ = [
     "TurnState",
     "TurnWritten",
     "User",
+    "WebSession",
 ]

@@ -159,4 +159,21 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (channel, message_id)
     );
     """,
+    # 7: dashboard sign-in: cookie sessions (only their hashes) and single-use login links
+    """
+    CREATE TABLE web_sessions (
+        session_hash TEXT PRIMARY KEY,
+        user_id      TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        csrf         TEXT NOT NULL,
+        expires      REAL NOT NULL,
+        created_at   TEXT NOT NULL
+    );
+    CREATE INDEX web_sessions_user ON web_sessions(user_id);
+    CREATE TABLE login_links (
+        code_hash  TEXT PRIMARY KEY,
+        user_id    TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        expires    REAL NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    """,
 )

@@ -19,6 +19,14 @@ class User:
 
 
 @dataclass(frozen=True)
+class WebSession:
+    """A signed-in dashboard session: whose it is, and the CSRF token its changes carry."""
+
+    user: User
+    csrf: str
+
+
+@dataclass(frozen=True)
 class ThreadRef:
     """Where a conversation lives: its owner, its API id, its session key and channel."""
 

@@ -39,6 +39,7 @@ from .records import (
     TurnState,
     TurnWritten,
     User,
+    WebSession,
 )
 from .worker import WorkerThread
 
@@ -858,6 +859,53 @@ class SQLiteStore:
             conn.execute("DELETE FROM browser_credentials WHERE user_id = ? AND site = ?",
                          (user_id, site))
             return self._credentials(conn, user_id)
+        return await self._transaction(run)
+
+    # --- dashboard sign-in --------------------------------------------------------------------
+    async def create_web_session(self, session_hash: str, user_id: str, csrf: str,
+                                 expires: float) -> None:
+        """Record a signed-in session (its id only as a hash) until ``expires`` (epoch s)."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO web_sessions VALUES (?, ?, ?, ?, ?)",
+                         (session_hash, user_id, csrf, expires, self._now()))
+        await self._transaction(run)
+
+    async def web_session(self, session_hash: str) -> WebSession | None:
+        """The account and CSRF token of a session that has not expired, or None."""
+        def run(conn: sqlite3.Connection) -> WebSession | None:
+            row = conn.execute(
+                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period,"
+                " s.csrf FROM web_sessions s JOIN users u USING (user_id)"
+                " WHERE s.session_hash = ? AND s.expires > ?",
+                (session_hash, self.clock())).fetchone()
+            return WebSession(_user(row[:6]), row[6]) if row else None
+        return await self._read(run)
+
+    async def delete_web_session(self, session_hash: str) -> None:
+        """End a session (sign-out); expired sessions of anybody go too."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM web_sessions WHERE session_hash = ? OR expires <= ?",
+                         (session_hash, self.clock()))
+        await self._transaction(run)
+
+    async def create_login_link(self, code_hash: str, user_id: str, expires: float) -> None:
+        """Record a single-use sign-in code (only its hash) valid until ``expires``."""
+        def run(conn: sqlite3.Connection) -> None:
+            if conn.execute("SELECT 1 FROM users WHERE user_id = ?", (user_id,)).fetchone() is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            conn.execute("INSERT INTO login_links VALUES (?, ?, ?, ?)",
+                         (code_hash, user_id, expires, self._now()))
+        await self._transaction(run)
+
+    async def use_login_link(self, code_hash: str) -> str | None:
+        """Spend a sign-in code: the account it signs in, if it was valid; it never works
+        again (expired codes of anybody are forgotten too)."""
+        def run(conn: sqlite3.Connection) -> str | None:
+            now = self.clock()
+            row = conn.execute("DELETE FROM login_links WHERE code_hash = ? RETURNING user_id,"
+                               " expires", (code_hash,)).fetchone()
+            conn.execute("DELETE FROM login_links WHERE expires <= ?", (now,))
+            return str(row[0]) if row and row[1] > now else None
         return await self._transaction(run)
 
     async def ledger(self, user_id: str) -> list[Charge]:
