@@ -100,6 +100,25 @@ class Rotation:
     archive: Path | None
 
 
+@dataclass(frozen=True)
+class ArchivedSession:
+    """An archived session file: its name, size and when it was archived (ISO-8601 UTC)."""
+
+    name: str
+    size: int
+    archived_at: str
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """A session on disk: the active file's (size, modification time), if any, and its
+    archives, oldest first."""
+
+    key: str
+    active: tuple[int, float] | None
+    archives: list[ArchivedSession]
+
+
 RotationObserver = Callable[[Rotation], Awaitable[None]]
 
 
@@ -336,6 +355,23 @@ class SessionStore:
             encoded = _archived_key(path.name)
             yield path, (_header_key(path) if "~" in encoded else decode_key(encoded))
 
+    def status(self, key: str) -> SessionStatus:
+        """What the session of ``key`` holds on disk now: the active file (if any) and the
+        archives, oldest first."""
+        try:
+            stat = self.path_for(key).stat()
+            active: tuple[int, float] | None = (stat.st_size, stat.st_mtime)
+        except (FileNotFoundError, NotADirectoryError):
+            active = None
+        archives = []
+        for path in self.archives_of(key):
+            try:
+                archives.append(ArchivedSession(path.name, path.stat().st_size,
+                                                _archived_at(path.name)))
+            except FileNotFoundError:
+                continue  # purged meanwhile
+        return SessionStatus(key, active, archives)
+
     def archives_of(self, key: str) -> list[Path]:
         """The archived files of ``key``, oldest first."""
         return sorted(p for p in self.archive_dir.iterdir()
@@ -426,6 +462,17 @@ def _terminate_torn_line(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _archived_at(name: str) -> str:
+    """When an archive was made, from its name (``{key}.20261202T101500.123456Z.jsonl``)."""
+    stamp = name[:-len(SUFFIX)].rsplit(".", 2)
+    try:
+        moment = datetime.strptime(f"{stamp[-2]}.{stamp[-1].split('-')[0]}",
+                                   "%Y%m%dT%H%M%S.%fZ")
+    except (ValueError, IndexError):
+        return ""
+    return moment.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _archived_key(name: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from aiohttp import web
 
 from .. import validation
@@ -17,6 +19,8 @@ MIN_PASSWORD_CHARS = 8
 DEFAULT_USAGE_PAGE = 50
 MAX_USAGE_PAGE = 500
 MAX_SECRET_CHARS = 1000
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
 
 
 async def get_credits(request: web.Request) -> web.Response:
@@ -54,6 +58,26 @@ async def get_usage(request: web.Request) -> web.Response:
         "totals": {kind: {"count": int(t.model), **_charge_json(t)}
                    for kind, t in totals.items()},
     })
+
+
+async def get_daily_usage(request: web.Request) -> web.Response:
+    """``GET /api/user/usage/daily?days=`` (1-366, default 30): credits and browser minutes
+    spent per UTC day and kind, from the ledger (grants left out), every day listed, the
+    oldest first; for the dashboard's usage chart."""
+    gateway, user = caller(request)
+    days = int_param(request, "days", DEFAULT_DAYS, low=1, high=MAX_DAYS)
+    assert days is not None
+    today = datetime.fromtimestamp(gateway.clock(), UTC).date()
+    first = today - timedelta(days=days - 1)
+    spent: dict[str, dict[str, dict[str, int]]] = {
+        (first + timedelta(days=n)).isoformat(): {} for n in range(days)}
+    for day, kind, credits, minutes in await gateway.store.ledger_daily(
+            user.user_id, first.isoformat()):
+        if day in spent:
+            spent[day][kind] = {"credits": credits, "browserMinutes": minutes}
+    return web.json_response({"userId": user.user_id, "days": [
+        {"date": day, "credits": sum(k["credits"] for k in kinds.values()), "kinds": kinds}
+        for day, kinds in spent.items()]})
 
 
 def _specialist(name: str, instructions: str) -> web.Response:

@@ -81,6 +81,26 @@ async def get_thread(request: web.Request) -> web.Response:
     })
 
 
+async def get_session(request: web.Request) -> web.Response:
+    """``GET /api/threads/{threadId}/session``: the thread's session on disk: the active
+    file's size and last write, the last rotation, and the archives (oldest first)."""
+    gateway, _ = caller(request)
+    ref = await thread_from_path(request)
+    status = gateway.sessions.status(ref.session_key)
+    archives = [{"name": a.name, "bytes": a.size, "archivedAt": a.archived_at}
+                for a in status.archives]
+    return web.json_response({
+        "threadId": ref.thread_id,
+        "sessionKey": ref.session_key,
+        "active": {"bytes": status.active[0], "updatedAt": iso_utc(status.active[1])}
+        if status.active else None,
+        "maxBytes": gateway.settings.session_max_file_bytes,
+        "idleMinutes": gateway.settings.session_idle_minutes,
+        "lastRotation": archives[-1]["archivedAt"] if archives else None,
+        "archives": archives,
+    })
+
+
 async def clear_thread(request: web.Request) -> web.Response:
     """Empty summary and messages; pinned keys and the display transcript stay."""
     gateway, _ = caller(request)

@@ -83,6 +83,10 @@ class Store(Protocol):
         """Per-kind sums of the user's ledger rows from ``since`` (ISO time) on; each Charge's
         ``model`` field holds the row count."""
 
+    async def ledger_daily(self, user_id: str, since: str) -> list[tuple[str, str, int, int]]:
+        """What the user spent per UTC day and kind from ``since`` on, grants left out:
+        (``YYYY-MM-DD``, kind, credits, browser minutes), oldest day first."""
+
     async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
         """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
 

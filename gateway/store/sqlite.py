@@ -490,6 +490,18 @@ class SQLiteStore:
             return {r[0]: Charge(r[0], str(r[1]), r[2], r[3], r[4], r[5]) for r in rows}
         return await self._read(run)
 
+    async def ledger_daily(self, user_id: str, since: str) -> list[tuple[str, str, int, int]]:
+        """What the user spent per UTC day and kind from ``since`` (ISO time) on, grants left
+        out: (``YYYY-MM-DD``, kind, credits, browser minutes), oldest day first."""
+        def run(conn: sqlite3.Connection) -> list[tuple[str, str, int, int]]:
+            rows = conn.execute(
+                "SELECT substr(created_at, 1, 10) AS day, kind, sum(credits), sum(minutes)"
+                " FROM ledger WHERE user_id = ? AND created_at >= ?"
+                " AND (credits > 0 OR minutes > 0) GROUP BY day, kind ORDER BY day, kind",
+                (user_id, since)).fetchall()
+            return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return await self._read(run)
+
     # --- retention -----------------------------------------------------------------------
     async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
         """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
