@@ -1,0 +1,80 @@
+"""The dashboard channel: the HTTP API (``/chat``, ``/api/*``, threads keyed
+``{userId}--{threadId}``) and the web app that uses it, served at ``/``.
+
+The web app is static files in ``web/`` (HTML, one stylesheet, ES modules; nothing to build):
+it talks only to the documented API, like any other client. Every page is sent with a Content
+Security Policy that allows scripts, styles and connections from the gateway itself only, so
+even a rendering bug could not run text from a model or a user as code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway import Channel, Gateway, hookimpl
+from gateway.api import api_routes
+
+WEB = Path(__file__).parent / "web"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    """The web app's page (always revalidated: it names the current scripts)."""
+    return web.FileResponse(WEB / "index.html", headers={
+        **SECURITY_HEADERS, "Cache-Control": "no-cache", "Content-Type": "text/html"})
+
+
+async def to_index(request: web.Request) -> web.Response:
+    """``/dashboard`` is the page at ``/``."""
+    raise web.HTTPPermanentRedirect("/")
+
+
+# The shipped files by their path under /static/: a request names one of these or gets 404,
+# so no path from a request ever reaches the file system.
+STATIC = {path.relative_to(WEB / "static").as_posix(): path
+          for path in sorted((WEB / "static").rglob("*")) if path.is_file()}
+CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
+                 ".png": "image/png", ".txt": "text/plain"}
+
+
+async def static_file(request: web.Request) -> web.FileResponse:
+    """One of the web app's files (scripts, the stylesheet, icons)."""
+    path = STATIC.get(request.match_info["name"])
+    if path is None:
+        raise web.HTTPNotFound()
+    return web.FileResponse(path, headers={
+        **SECURITY_HEADERS, "Cache-Control": "no-cache",
+        "Content-Type": CONTENT_TYPES.get(path.suffix, "application/octet-stream")})
+
+
+class DashboardChannel(Channel):
+    """Serves ``/chat`` and ``/api/*`` to dashboards and other HTTP clients, and the web
+    app at ``/``."""
+
+    name = "dashboard"
+    prefixed_keys = False
+
+    def routes(self) -> list[web.RouteDef]:
+        """The authenticated HTTP API, the sign-in routes and the web app."""
+        return [
+            *api_routes(),
+            web.get("/", index),
+            web.get("/dashboard", to_index),
+            web.get("/static/{name:.+}", static_file),
+        ]
+
+
+@hookimpl(trylast=True)
+def register_channels(gateway: Gateway) -> list[Channel]:
+    """Register the dashboard channel."""
+    return [DashboardChannel()]
