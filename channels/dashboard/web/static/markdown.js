@@ -7,7 +7,7 @@ const SAFE_URL = /^(https?:|mailto:)/i;
 const INLINE = new RegExp([
   "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)",          // 1, 2: code
   "\\*\\*(?=\\S)([\\s\\S]*?\\S)\\*\\*",             // 3: strong
-  "__(?=\\S)([\\s\\S]*?\\S)__",                     // 4: strong
+  "(?<![\\w])__(?=\\S)([\\s\\S]*?\\S)__(?![\\w])",   // 4: strong (not inside words)
   "\\*(?=[^\\s*])([\\s\\S]*?[^\\s*])\\*",           // 5: emphasis
   "(?<![\\w])_(?=[^\\s_])([\\s\\S]*?[^\\s_])_(?![\\w])", // 6: emphasis
   "~~(?=\\S)([\\s\\S]*?\\S)~~",                     // 7: strikethrough

@@ -219,7 +219,8 @@ function drawChart(days) {
   const total = days.reduce((sum, day) => sum + day.credits, 0);
   box.append(chart, kinds.length ? legend
     : el("p", { className: "muted small" }, "Nothing spent in the last 30 days."),
-    el("p", { className: "small" }, `${formatNumber(total)} credits in 30 days`));
+    el("p", { className: "small" },
+       `${formatNumber(total)} credit${total === 1 ? "" : "s"} in 30 days`));
 }
 
 // --- session --------------------------------------------------------------------------------
