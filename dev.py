@@ -5,6 +5,11 @@
     python3 dev.py test  [pytest options]            # install with test extras, ruff, mypy,
                                                      # pytest, the example plugins' tests and
                                                      # a quick benchmark run (reports only)
+    python3 dev.py screenshot                        # docs/dashboard.png, the README's picture
+
+The dashboard's browser tests need Chromium at /usr/bin/chromium: ``test`` installs Debian's
+``chromium`` package when it is missing and this runs as root (as CI does); otherwise those
+tests skip, saying so.
 
 The virtual environment lives in ``.venv`` and is reinstalled only when ``pyproject.toml``
 changes (a stamp file records the hash it was installed from).
@@ -58,6 +63,21 @@ def _install_example(folder: Path) -> None:
     stamp.touch()
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _ensure_chromium() -> None:
+    """Install Debian's chromium for the browser tests when it is missing and we may."""
+    if CHROMIUM.exists() or not hasattr(os, "geteuid") or os.geteuid() != 0 \
+            or not Path("/usr/bin/apt-get").exists():
+        return
+    print("dev.py: installing Debian's chromium for the dashboard's browser tests", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+
+
 def _run(argv: list[str]) -> int:
     return _run_in(ROOT, argv)
 
@@ -74,8 +94,13 @@ def main(args: list[str]) -> int:
     if command == "serve":
         _install("")
         return _run([str(BIN / "cloudybot"), "serve", *rest])
+    if command == "screenshot":
+        _install("test")
+        _ensure_chromium()
+        return _run([str(PYTHON), str(ROOT / "docs" / "screenshot.py"), *rest])
     if command == "test":
         _install("test")
+        _ensure_chromium()
         examples = sorted(p.parent for p in (ROOT / "examples").glob("*/pyproject.toml"))
         for example in examples:
             _install_example(example)

@@ -40,8 +40,11 @@ export function setUpThreads(turnDone) {
 }
 
 function newThreadId() {
-  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*/, "");
-  return `t-${stamp}-${Math.random().toString(36).slice(2, 6)}`;
+  // chat-20261202-0442-x7: sortable, readable, and within the API's thread id rules
+  const now = new Date();
+  const pad = (n) => String(n).padStart(2, "0");
+  const day = `${now.getFullYear()}${pad(now.getMonth() + 1)}${pad(now.getDate())}`;
+  return `chat-${day}-${pad(now.getHours())}${pad(now.getMinutes())}-${Math.random().toString(36).slice(2, 4)}`;
 }
 
 function channelOf(threadId, channel) {
