@@ -22,7 +22,10 @@ gateway's CPU per turn read from its own process counters, not throughput:
 9. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
    inbox and outbox vs the same gateway keeping them in memory (their cost);
 10. streaming on that path: the model's first piece to the first draft, and server CPU per
-    turn with channel streaming on vs off.
+    turn with channel streaming on vs off;
+11. the dashboard (bench/dashboard.py): ``/chat`` as Server-Sent Events, the model's first
+    piece to the client's first delta and server CPU per streamed turn vs a plain one; the
+    thread view's first page for a 10,000-message thread vs a 100-message one.
 
 ``--quick`` (CI's smoke run) uses short windows, one round and smaller sets: its figures are
 indicative only.
@@ -44,7 +47,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import assembly, channel, conversations, cpu, growth, sessions, streaming, threadlist
+from bench import (
+    assembly,
+    channel,
+    conversations,
+    cpu,
+    dashboard,
+    growth,
+    sessions,
+    streaming,
+    threadlist,
+)
 from bench.load import add_user, drive, free_port, gateway_env, start_gateway, start_server
 from bench.reference import REFERENCE
 
@@ -64,6 +77,11 @@ TARGETS = {
     "peak_rss_mb": ("<", 120.0),
     "cold_start_s": ("<", 1.5),
     "channel_inbox_throughput_ratio": (">=", 0.85),
+    # issue 11: streaming over HTTP and the dashboard's thread view
+    "sse_first_delta_p50_ms": ("<=", 2.0),
+    "sse_cpu_ratio": ("<=", 1.2),
+    "thread_view_10000_ms": ("<=", 100.0),
+    "thread_view_ratio": ("<=", 1.25),
 }
 
 
@@ -254,6 +272,18 @@ def print_table(figures: dict[str, Any]) -> None:
         ("streaming: first piece to first draft", "streaming_first_preview_ms", "{:.0f} ms"),
         ("server CPU per turn, streaming on", "streaming_cpu_on_us", "{:.0f} µs"),
         ("server CPU per turn, streaming off", "streaming_cpu_off_us", "{:.0f} µs"),
+        ("/chat SSE: model's first piece to first delta", "sse_first_delta_p50_ms",
+         "{:.2f} ms"),
+        ("  p95", "sse_first_delta_p95_ms", "{:.2f} ms"),
+        ("server CPU per /chat turn, streamed (SSE)", "sse_cpu_streamed_us", "{:.0f} µs"),
+        ("server CPU per /chat turn, plain JSON", "sse_cpu_plain_us", "{:.0f} µs"),
+        ("  SSE to the client, upstream in one piece", "sse_cpu_unstreamed_upstream_us",
+         "{:.0f} µs"),
+        ("  streamed / plain", "sse_cpu_ratio", "{:.2f}"),
+        ("thread view, first page of 10,000 messages", "thread_view_10000_ms", "{:.2f} ms"),
+        ("thread view, first page of 100 messages", "thread_view_100_ms", "{:.2f} ms"),
+        ("  p95 (10,000)", "thread_view_p95_ms", "{:.2f} ms"),
+        ("  10,000 / 100", "thread_view_ratio", "{:.2f}"),
     ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
@@ -293,6 +323,7 @@ async def run(quick: bool, against: str | None) -> dict[str, Any]:
             lambda: {"cold_start_s": cold_start(tmp, 3 if quick else 5)}))
         await section("channel", lambda: channel.run(quick, tmp))
         await section("streaming", lambda: streaming.run(quick, tmp))
+        await section("dashboard", lambda: dashboard.run(quick, tmp))
     figures["section_s"] = durations
     figures["total_s"] = time.perf_counter() - started
     return figures

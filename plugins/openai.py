@@ -256,7 +256,7 @@ async def _gather_stream(response: Response,
             if data == b"[DONE]":
                 break
             try:
-                event = json.loads(data)
+                event = jsonio.loads(data)
             except (ValueError, RecursionError):
                 raise _malformed("a stream event is not JSON") from None
             if not isinstance(event, dict):

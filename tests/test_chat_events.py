@@ -68,7 +68,7 @@ async def test_the_reply_arrives_in_deltas_then_one_done_like_a_plain_chat(
     events = [("delta", json.loads(seen[1][len(b"data: "):])), *await read_events(response)]
 
     names = [name for name, _ in events]
-    assert names.count("delta") >= 5  # the reply grew in pieces before done
+    assert names.count("delta") >= 2  # the first pieces came before the rest
     assert names[-1] == "done" and names.count("done") == 1
     done = events[-1][1]
     assert reply_of(events) == done["reply"] == REPLY

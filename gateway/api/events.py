@@ -5,7 +5,8 @@ writing, never the turn, which is stored, billed and shown in the transcript as 
 streaming. Until the first event is written, a failure is an ordinary JSON error with its
 status; after it, an ``error`` event.
 
-The deltas concatenated are the reply. The provider's text grows as it is written (redacted
+The first piece goes out at once; later ones are gathered for ``FLUSH_SECONDS`` between
+writes. The deltas concatenated are the reply. The provider's text grows as it is written (redacted
 as it goes); trailing white space is held back and leading white space left out, as the
 stored reply is stripped, and whatever the stored reply adds comes as a last delta before
 ``done``. If text was shown that is not part of the reply (the words a model wrote before it
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,9 @@ from ..errors import GatewayError
 log = logging.getLogger(__name__)
 
 EVENT_STREAM = "text/event-stream"
+# After a write, pieces are gathered this long: ~30 updates a second read as smooth, and a
+# model streaming a token at a time does not cost a write (and a wake-up) per token.
+FLUSH_SECONDS = 0.03
 
 
 def wants_events(request: web.Request) -> bool:
@@ -38,22 +42,62 @@ def wants_events(request: web.Request) -> bool:
 
 
 class ReplyDeltas:
-    """The growing reply as the turn writes it, and what of it the client has."""
+    """The growing reply as the turn writes it, and what of it the client has.
+
+    The writer sleeps on one plain future that new text or the turn's end resolves (no task
+    per piece); after each write it gathers pieces for ``FLUSH_SECONDS``, so a model that
+    streams a token at a time costs a write per interval, not per token.
+    """
 
     def __init__(self) -> None:
         self.sent = ""
         self.written: list[str] = []  # each text the turn handed over, not yet sent
-        self.changed = asyncio.Event()
+        self.finished = False
+        self._holding = False
+        self._waiter: asyncio.Future[None] | None = None
 
     async def on_text(self, text: str) -> None:
         """The turn's text sink: the reply written so far (it starts again after a tool
-        round). Each becomes its own delta, also when several arrive at once."""
+        round)."""
         self.written.append(text)
-        self.changed.set()
+        if not self._holding:
+            self._wake()
+
+    def finish(self, *_: object) -> None:
+        """The turn ended: the writer sends what is left at once."""
+        self.finished = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _sleep(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def wait(self) -> None:
+        """Until there is text to send or the turn ended."""
+        if not (self.written or self.finished):
+            await self._sleep()
+
+    async def hold(self, seconds: float) -> None:
+        """Gather pieces for ``seconds``, or less if the turn ends."""
+        if self.finished:
+            return
+        self._holding = True
+        handle = asyncio.get_running_loop().call_later(seconds, self._wake)
+        try:
+            await self._sleep()
+        finally:
+            handle.cancel()
+            self._holding = False
 
     def take(self) -> list[str]:
         """The texts written since the last call."""
-        self.changed.clear()
         written, self.written = self.written, []
         return written
 
@@ -81,13 +125,19 @@ class EventWriter:
         """Whether the stream's headers went out (errors are events from then on)."""
         return self.response is not None
 
-    async def send(self, event: str, data: Any) -> None:
-        """One ``event:``/``data:`` pair (JSON on one line)."""
-        await self.send_all([(event, data)])
-
     async def send_all(self, events: list[tuple[str, Any]]) -> None:
         """Several events in one write."""
-        if self.gone or not events:
+        if events:
+            await self._write(_encode(events))
+
+    async def finish(self, events: Sequence[tuple[str, Any]] = ()) -> web.StreamResponse:
+        """Send the last ``events`` and end the stream, in one write; return the response."""
+        await self._write(_encode(events), last=True)
+        assert self.response is not None
+        return self.response
+
+    async def _write(self, data: bytes, last: bool = False) -> None:
+        if self.gone:
             return
         try:
             if self.response is None:
@@ -95,20 +145,17 @@ class EventWriter:
                     "Content-Type": EVENT_STREAM, "Cache-Control": "no-cache",
                     "X-Accel-Buffering": "no"})
                 await self.response.prepare(self.request)
-            await self.response.write(b"".join(
-                f"event: {event}\ndata: {_json(data)}\n\n".encode() for event, data in events))
+            if last:
+                await self.response.write_eof(data)
+            else:
+                await self.response.write(data)
         except (ConnectionError, RuntimeError):  # the client went away mid-stream
             self.gone = True
 
-    async def finish(self) -> web.StreamResponse:
-        """End the stream and return the response."""
-        assert self.response is not None
-        if not self.gone:
-            try:
-                await self.response.write_eof()
-            except (ConnectionError, RuntimeError):
-                self.gone = True
-        return self.response
+
+def _encode(events: Sequence[tuple[str, Any]]) -> bytes:
+    return b"".join(f"event: {event}\ndata: {_json(data)}\n\n".encode()
+                    for event, data in events)
 
 
 async def stream_turn(request: web.Request, turn: asyncio.Task[TurnResult],
@@ -117,40 +164,34 @@ async def stream_turn(request: web.Request, turn: asyncio.Task[TurnResult],
     """Follow ``turn`` (already running, feeding ``deltas``) as events; ``answer(result)``
     builds the ``done`` object (what a non-streaming ``/chat`` answers)."""
     writer = EventWriter(request)
+    turn.add_done_callback(deltas.finish)
     while not turn.done():
-        changed = asyncio.ensure_future(deltas.changed.wait())
-        await asyncio.wait({turn, changed}, return_when=asyncio.FIRST_COMPLETED)
-        changed.cancel()
-        if deltas.changed.is_set():
-            await writer.send_all([event for text in deltas.take()
-                                   for event in deltas.next(text)])
+        await deltas.wait()
+        await writer.send_all([event for text in deltas.take() for event in deltas.next(text)])
+        await deltas.hold(FLUSH_SECONDS)
     try:
         result = turn.result()
     except GatewayError as exc:
         if not writer.started:
             raise
-        await writer.send("error", {"error": {"code": exc.code, "message": exc.message}})
-        return await writer.finish()
+        return await writer.finish([("error", {"error": {"code": exc.code,
+                                                         "message": exc.message}})])
     except Exception:
         if not writer.started:
             raise
         log.exception("streamed turn failed")
-        await writer.send("error", {"error": {"code": "internal_error",
-                                              "message": "internal error"}})
-        return await writer.finish()
+        return await writer.finish([("error", {"error": {"code": "internal_error",
+                                                         "message": "internal error"}})])
     events = [event for text in [*deltas.take(), result.reply] for event in deltas.next(text)]
-    await writer.send_all([*events, ("done", answer(result))])
-    return await writer.finish()
+    return await writer.finish([*events, ("done", answer(result))])
 
 
 async def stream_answer(request: web.Request, reply: str,
                         done: dict[str, Any]) -> web.StreamResponse:
     """An answer known at once (a chat command's) as a stream: one delta, then ``done``."""
     writer = EventWriter(request)
-    if reply:
-        await writer.send("delta", {"text": reply})
-    await writer.send("done", done)
-    return await writer.finish()
+    return await writer.finish([*([("delta", {"text": reply})] if reply else []),
+                                ("done", done)])
 
 
 def _json(data: Any) -> str:
