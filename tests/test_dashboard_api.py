@@ -69,3 +69,30 @@ async def test_session_status_shows_the_active_file_then_the_archive(
     assert archive["bytes"] == size and archive["name"].startswith("alice--t1.")
     assert after["lastRotation"] == archive["archivedAt"] and archive["archivedAt"].endswith("Z")
 
+
+
+async def test_the_page_and_its_files_are_served_with_a_strict_policy(harness: Harness) -> None:
+    page = await harness.client.get("/")
+    assert page.status == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    policy = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    html = await page.text()
+    assert 'data-testid="token-input"' in html and "/static/main.js" in html
+    script = await harness.client.get("/static/main.js")
+    assert script.status == 200
+    assert script.headers["Content-Type"].startswith("text/javascript")
+    assert script.headers["X-Content-Type-Options"] == "nosniff"
+    moved = await harness.client.get("/dashboard", allow_redirects=False)
+    assert (moved.status, moved.headers["Location"]) == (308, "/")
+
+
+async def test_only_shipped_files_are_served(harness: Harness) -> None:
+    for path in ("/static/nope.js", "/static/..%2Findex.html", "/static/%2e%2e/__init__.py",
+                 "/static/../../gateway/config.py"):
+        response = await harness.client.get(path)
+        assert response.status == 404, path
+        assert (await response.json())["error"]["code"] == "not_found"
+    ranged = await harness.client.get("/", headers={"Range": "bytes=5-1"})
+    assert ranged.status == 200  # the whole page; no request header changes what is sent

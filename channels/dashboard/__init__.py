@@ -28,10 +28,35 @@ SECURITY_HEADERS = {
 }
 
 
-async def index(request: web.Request) -> web.FileResponse:
+# The shipped files by their path under /static/, read once (they are small): a request names
+# one of these or gets 404, so no path from a request ever reaches the file system, and no
+# request header (Range, If-Modified-Since) changes what is sent.
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
+                 ".svg": "image/svg+xml", ".png": "image/png", ".txt": "text/plain"}
+STATIC = {path.relative_to(WEB / "static").as_posix(): path
+          for path in sorted((WEB / "static").rglob("*")) if path.is_file()}
+
+
+def _file_response(path: Path) -> web.Response:
+    return web.Response(body=_read(path), headers={
+        **SECURITY_HEADERS, "Cache-Control": "no-cache",
+        "Content-Type": CONTENT_TYPES.get(path.suffix, "application/octet-stream")
+        + ("; charset=utf-8" if path.suffix in (".html", ".js", ".css", ".txt") else "")})
+
+
+_CACHE: dict[Path, bytes] = {}
+
+
+def _read(path: Path) -> bytes:
+    data = _CACHE.get(path)
+    if data is None:
+        data = _CACHE[path] = path.read_bytes()
+    return data
+
+
+async def index(request: web.Request) -> web.Response:
     """The web app's page (always revalidated: it names the current scripts)."""
-    return web.FileResponse(WEB / "index.html", headers={
-        **SECURITY_HEADERS, "Cache-Control": "no-cache", "Content-Type": "text/html"})
+    return _file_response(WEB / "index.html")
 
 
 async def to_index(request: web.Request) -> web.Response:
@@ -39,22 +64,12 @@ async def to_index(request: web.Request) -> web.Response:
     raise web.HTTPPermanentRedirect("/")
 
 
-# The shipped files by their path under /static/: a request names one of these or gets 404,
-# so no path from a request ever reaches the file system.
-STATIC = {path.relative_to(WEB / "static").as_posix(): path
-          for path in sorted((WEB / "static").rglob("*")) if path.is_file()}
-CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
-                 ".png": "image/png", ".txt": "text/plain"}
-
-
-async def static_file(request: web.Request) -> web.FileResponse:
+async def static_file(request: web.Request) -> web.Response:
     """One of the web app's files (scripts, the stylesheet, icons)."""
     path = STATIC.get(request.match_info["name"])
     if path is None:
         raise web.HTTPNotFound()
-    return web.FileResponse(path, headers={
-        **SECURITY_HEADERS, "Cache-Control": "no-cache",
-        "Content-Type": CONTENT_TYPES.get(path.suffix, "application/octet-stream")})
+    return _file_response(path)
 
 
 class DashboardChannel(Channel):

@@ -196,6 +196,10 @@ async function send() {
     cancelAnimationFrame(frame);
     written = done.reply;
     show();
+    $("clear-thread").hidden = false; // the thread exists now
+    $("delete-thread").hidden = false;
+    $("transcript-top").textContent = state.nextBefore ? $("transcript-top").textContent
+      : "The beginning of this thread.";
     onTurn(state.threadId, { done });
   } catch (error) {
     cancelAnimationFrame(frame);
