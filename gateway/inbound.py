@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import validation
 from .billing import RateLimiter, period_of
 from .commands import Command
-from .config import Settings
 from .errors import (
     BadRequest,
     EmptyReply,
@@ -41,9 +40,9 @@ from .errors import (
     RateLimited,
 )
 from .interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image, TextSink
-from .queues import ConversationQueues
+from .queues import ConversationQueues, KitHost
 from .secrets import SecretBox
-from .store import ChannelMessage, Delivery, InboxEntry, Store, ThreadRef, User
+from .store import ChannelMessage, Delivery, InboxEntry, ThreadRef, User
 from .streaming import PREVIEW_INTERVAL_SECONDS, Preview
 from .text import split_text
 
@@ -144,28 +143,14 @@ async def typing_indicator(show: Callable[[], Awaitable[None]] | None,
         await asyncio.gather(task, return_exceptions=True)
 
 
-class InboxHost(Protocol):
+class InboxHost(KitHost, Protocol):
     """What the inbox uses of the gateway, and nothing more."""
 
-    settings: Settings
-    store: Store
-    clock: Callable[[], float]
-    stopping: asyncio.Event
     outbox: Outbox
-
-    @property
-    def channels(self) -> Mapping[str, Channel]:
-        """The loaded channels by name."""
 
     @property
     def secret_box(self) -> SecretBox:
         """Encryption of the inbox's payloads."""
-
-    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run background work that shutdown waits for."""
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep, or less if the gateway begins to stop."""
 
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
                    specialist: str | None = None, inbound: ChannelMessage | None = None,

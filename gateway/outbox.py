@@ -22,16 +22,15 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from .config import Settings
 from .hooks import PluginHooks
-from .interfaces import Channel, DeliveryFailed, DeliveryRetry
+from .interfaces import DeliveryFailed, DeliveryRetry
 from .logs import mask_secrets
-from .queues import ConversationQueues
-from .store import Delivery, Store
+from .queues import ConversationQueues, KitHost
+from .store import Delivery
 from .text import split_text
 
 log = logging.getLogger(__name__)
@@ -47,24 +46,10 @@ def describe(error: BaseException) -> str:
     return mask_secrets(f"{name}: {text}" if text else name)[:300]
 
 
-class OutboxHost(Protocol):
+class OutboxHost(KitHost, Protocol):
     """What the outbox uses of the gateway, and nothing more."""
 
-    settings: Settings
-    store: Store
-    clock: Callable[[], float]
-    stopping: asyncio.Event
     hooks: PluginHooks
-
-    @property
-    def channels(self) -> Mapping[str, Channel]:
-        """The loaded channels by name."""
-
-    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run background work that shutdown waits for."""
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep, or less if the gateway begins to stop."""
 
 
 class Outbox:

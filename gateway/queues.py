@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .interfaces import Channel
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
+
+
+class KitHost(Protocol):
+    """What the inbox and the outbox both use of the gateway (each adds its own needs)."""
+
+    settings: Settings
+    store: Store
+    clock: Callable[[], float]
+    stopping: asyncio.Event
+
+    @property
+    def channels(self) -> Mapping[str, Channel]:
+        """The loaded channels by name."""
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run background work that shutdown waits for."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, or less if the gateway begins to stop."""
 
 
 class ConversationQueues(Generic[Item]):

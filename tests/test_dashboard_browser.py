@@ -21,6 +21,7 @@ REPLY = ("Here is a **plan**:\n\n1. Pack light\n2. Book the train\n\n"
          "```python\nprint('bon voyage')\n```\n\nEnjoy the trip, it will be lovely.")
 XSS_IMG = '<img src=x onerror="window.__xss = 1">'
 XSS_SCRIPT = "<script>window.__xss = 2</script>"
+ANSWERS = "[data-testid=message][data-role=assistant]"
 
 if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
     if os.environ.get("CI") == "true":
@@ -74,7 +75,7 @@ class Dashboard:
 
     async def wait_reply(self, count: int) -> None:
         await self.page.wait_for_function(
-            "n => document.querySelectorAll('[data-testid=message][data-role=assistant]:not(.streaming)').length >= n",
+            f"n => document.querySelectorAll('{ANSWERS}:not(.streaming)').length >= n",
             arg=count)
 
     async def tab(self, name: str) -> None:
@@ -142,7 +143,7 @@ async def test_a_reply_streams_into_the_transcript(dashboard: Dashboard,
     answer = dashboard.messages("assistant").last
     # the model pauses after three pieces: the entry already shows them, still streaming
     await dashboard.page.wait_for_function(
-        "() => { const m = [...document.querySelectorAll('[data-testid=message][data-role=assistant]')].at(-1);"
+        f"() => {{ const m = [...document.querySelectorAll('{ANSWERS}')].at(-1);"
         " return m && m.classList.contains('streaming') && m.innerText.includes('Pack'); }")
     partial = await answer.inner_text()
     assert "Enjoy the trip" not in partial
@@ -242,7 +243,8 @@ async def test_a_picked_specialist_shapes_the_next_turn(dashboard: Dashboard,
 async def test_html_from_the_model_or_the_user_is_shown_as_text(
         dashboard: Dashboard, fake_llm: FakeLLM) -> None:
     def hostile(request: Recorded) -> Scripted:
-        return Scripted(body=completion(f"Look: {XSS_IMG} and {XSS_SCRIPT} [x](javascript:alert(1))"))
+        return Scripted(body=completion(
+            f"Look: {XSS_IMG} and {XSS_SCRIPT} [x](javascript:alert(1))"))
 
     fake_llm.responder = hostile
     await dashboard.sign_in(await dashboard.harness.user())
