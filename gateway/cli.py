@@ -26,7 +26,7 @@ from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
 from .sessions import SessionStore, read_events
 from .store import Delivery, ExpiredThread
-from .store.sqlite import SQLiteStore
+from .store.backends import store_for
 from .times import iso_utc
 from .tokens import TokenCounter
 
@@ -49,7 +49,7 @@ def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -
     """Run ``work`` against the store only: no provider, no channels."""
     async def run() -> T:
         gateway = Gateway(settings, make_plugin_manager(load_entry_points=False),
-                          store=SQLiteStore(settings.database_path))
+                          store=store_for(settings))
         await gateway.store.open()
         try:
             return await work(gateway)

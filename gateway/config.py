@@ -79,6 +79,13 @@ class Settings:
     secret_key: str = setting("", "key for secrets at rest; generated into the data dir "
                               "(mode 0600) if empty", section="storage",
                               env="CLOUDYBOT_SECRET_KEY", secret=True)
+    database_url: str = setting("", "postgresql://user@host/db to keep everything in "
+                                "PostgreSQL (several processes may share it); empty: SQLite in "
+                                "the data dir", section="storage", env="CLOUDYBOT_DATABASE_URL",
+                                secret=True, parse=options.database_url)
+    database_pool_size: int = setting(10, "PostgreSQL connections each process keeps at most",
+                                      section="storage", env="CLOUDYBOT_DATABASE_POOL_SIZE",
+                                      parse=options.positive_int)
     host: str = setting("127.0.0.1", "listen address", section="server", env="CLOUDYBOT_HOST",
                         parse=options.name)
     port: int = setting(8080, "listen port", section="server", env="CLOUDYBOT_PORT",

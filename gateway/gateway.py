@@ -28,7 +28,7 @@ from .retention import Retention
 from .secrets import SecretBox, load_or_create_key
 from .sessions import SessionStore
 from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
-from .store.sqlite import SQLiteStore
+from .store.backends import store_for
 from .tokens import TokenCounter
 from .tools import Tool, Toolbox
 
@@ -77,8 +77,7 @@ class Gateway:
         self.settings = settings
         self.clock = clock
         self.pm = pm if pm is not None else make_plugin_manager()
-        self.store: Store = store if store is not None else SQLiteStore(settings.database_path,
-                                                                        clock)
+        self.store: Store = store if store is not None else store_for(settings, clock)
         self.accounts = Accounts(settings, self.store, clock)
         self.hooks = PluginHooks(self.pm, self)
         self.locks = KeyedLocks()

@@ -141,6 +141,14 @@ def path(raw: Any) -> Path:
     return Path(name(raw)).expanduser()
 
 
+def database_url(raw: Any) -> str:
+    """Empty, or a ``postgresql://`` (or ``postgres://``) connection URL."""
+    value = text(raw).strip()
+    if value and not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError("must be a postgresql:// URL, or empty for SQLite")
+    return value
+
+
 def choice(*allowed: str) -> Callable[[Any], str]:
     """One of ``allowed`` (compared in lower case)."""
     def parse(raw: Any) -> str:

@@ -1,7 +1,8 @@
 """The store: the gateway's one narrow, async interface to persistent state.
 
-The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend; another
-backend (PostgreSQL for multi-instance deployments) implements the same protocol.
+The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend;
+``PostgresStore`` (several processes on one database) implements the same protocol;
+:func:`gateway.store.backends.store_for` picks one from the configuration.
 """
 
 from __future__ import annotations

@@ -1,0 +1,19 @@
+"""Which store a configuration names: SQLite in the data dir, or PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..config import Settings
+from . import Store
+
+
+def store_for(settings: Settings, clock: Callable[[], float] = time.time) -> Store:
+    """The store of ``settings``: PostgreSQL when ``CLOUDYBOT_DATABASE_URL`` is set (asyncpg
+    is imported only then), else the embedded SQLite database."""
+    if settings.database_url:
+        from .postgres import PostgresStore
+        return PostgresStore(settings.database_url, clock, settings.database_pool_size)
+    from .sqlite import SQLiteStore
+    return SQLiteStore(settings.database_path, clock)

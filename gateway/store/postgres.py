@@ -1,0 +1,755 @@
+"""The PostgreSQL store (asyncpg): the same interface, method names and transaction boundaries
+as :mod:`gateway.store.sqlite`, for deployments where several gateway processes share one
+database.
+
+Each method is one transaction (or one read) on a pooled connection. Migrations run at
+``open()`` under a transaction-scoped advisory lock, so processes starting together apply each
+one exactly once. A connection that breaks (a database restart) fails the operation in flight
+with :class:`~gateway.errors.Unavailable` (503); the pool opens fresh connections for the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
+
+import asyncpg
+
+from ..errors import BadRequest, Conflict, NotFound, Unavailable
+from ..times import iso_utc
+from .postgres_migrations import MIGRATIONS
+from .records import (
+    Charge,
+    Delivery,
+    DisplayMessage,
+    ExpiredThread,
+    InboxEntry,
+    LedgerEntry,
+    SecretRecord,
+    StoredMessage,
+    SummaryCommit,
+    Thread,
+    ThreadPage,
+    ThreadRef,
+    TurnCommit,
+    TurnState,
+    TurnWritten,
+    User,
+    WebSession,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Connection: TypeAlias = Any  # an asyncpg.Connection (asyncpg ships no type hints)
+MIGRATION_LOCK = 0x636C6F7564796200  # "cloudyb\0": one advisory lock id for migrations
+
+_USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
+_THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
+                   "summary_version, created_at, updated_at")
+_DELIVERY_COLUMNS = ("id, channel, message_id, conversation, address, text, max_chars, state,"
+                     " chunks_sent, attempts, next_attempt, created, last_error")
+# asyncpg raises these when the server or the connection goes away mid-operation (a server
+# shutting down or an administrator ending the session is an "operator intervention"; a
+# connection cut mid-protocol can leave the client in a state it reports as internal).
+_GONE = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+         asyncpg.exceptions.OperatorInterventionError, asyncpg.InternalClientError,
+         ConnectionError, OSError)
+
+
+def _user(row: asyncpg.Record) -> User:
+    return User(*row[:6])
+
+
+def _thread(row: asyncpg.Record, offset: int = 0) -> Thread:
+    user_id, thread_id, key, channel, summary, tokens, version, created, updated = \
+        row[offset:offset + 9]
+    return Thread(ThreadRef(user_id, thread_id, key, channel), summary, tokens, version,
+                  created, updated)
+
+
+async def _get_user(conn: Connection, user_id: str) -> User:
+    row = await conn.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = $1", user_id)
+    if row is None:
+        raise NotFound(f"no user {user_id!r}", code="user_not_found")
+    return _user(row)
+
+
+async def _thread_pk(conn: Connection, session_key: str) -> int | None:
+    pk: int | None = await conn.fetchval("SELECT id FROM threads WHERE session_key = $1",
+                                         session_key)
+    return pk
+
+
+async def _owned_pk(conn: Connection, ref: ThreadRef) -> int | None:
+    """The thread's row id, None if it does not exist; NotFound if someone else owns it."""
+    row = await conn.fetchrow("SELECT id, user_id FROM threads WHERE session_key = $1",
+                              ref.session_key)
+    if row is None:
+        return None
+    if row[1] != ref.user_id:
+        raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+    return int(row[0])
+
+
+async def _touch_thread(conn: Connection, ref: ThreadRef, now: str) -> int:
+    """Create the thread or mark it updated, in one statement; NotFound if someone else's."""
+    row = await conn.fetchrow(
+        "INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)"
+        " VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (session_key) DO UPDATE SET"
+        " updated_at = excluded.updated_at RETURNING id, user_id",
+        ref.session_key, ref.user_id, ref.thread_id, ref.channel, now)
+    if row[1] != ref.user_id:
+        raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+    return int(row[0])
+
+
+async def _pinned(conn: Connection, pk: int | None) -> dict[str, str]:
+    if pk is None:
+        return {}
+    rows = await conn.fetch("SELECT key, value FROM pinned WHERE thread = $1 ORDER BY key", pk)
+    return {row[0]: row[1] for row in rows}
+
+
+async def _charge(conn: Connection, user_id: str, thread_key: str | None, charge: Charge,
+                  now: str) -> None:
+    await conn.execute(
+        "WITH row AS (INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
+        " completion_tokens, credits, minutes, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9))"
+        " UPDATE users SET credits = credits - $7, browser_minutes = browser_minutes - $8"
+        " WHERE user_id = $1",
+        user_id, thread_key, charge.kind, charge.model, charge.prompt_tokens,
+        charge.completion_tokens, charge.credits, charge.minutes, now)
+
+
+async def _top_up(conn: Connection, user: User, credits: int, minutes: int, kind: str,
+                  now: str) -> None:
+    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
+    add_credits = max(0, credits - user.credits)
+    add_minutes = max(0, minutes - user.browser_minutes)
+    if add_credits or add_minutes:
+        await _charge(conn, user.user_id, None,
+                      Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
+
+
+async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: str,
+                        epoch: float, now: str) -> bool:
+    """Mark a pending inbox message answered and put its reply in the outbox, together;
+    False if the message is not pending (unknown, or answered already)."""
+    row = await conn.fetchrow(
+        "UPDATE inbox SET state = 'done', payload = NULL"
+        " WHERE channel = $1 AND message_id = $2 AND state = 'pending'"
+        " RETURNING conversation, address, max_chars", channel, message_id)
+    if row is None:
+        return False
+    await conn.execute(
+        "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
+        " next_attempt, created, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7,"
+        " $8)", channel, message_id, row[0], row[1], reply, row[2], epoch, now)
+    return True
+
+
+class PostgresStore:
+    """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time,
+                 pool_size: int = 10) -> None:
+        self.url = url
+        self.clock = clock
+        self.pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+
+    def _now(self) -> str:
+        return iso_utc(self.clock())
+
+    # --- plumbing ---------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect the pool and apply pending migrations (one process at a time)."""
+        try:
+            self._pool = await asyncpg.create_pool(self.url, min_size=1,
+                                                   max_size=self.pool_size)
+        except (*_GONE, asyncpg.PostgresError) as exc:
+            raise Unavailable(f"cannot connect to PostgreSQL: {exc}") from None
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+            await conn.execute("CREATE TABLE IF NOT EXISTS schema_version"
+                               " (version BIGINT NOT NULL)")
+            version = await conn.fetchval("SELECT max(version) FROM schema_version") or 0
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                await conn.execute(script)
+                await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
+
+    async def close(self) -> None:
+        """Close the pool (idempotent)."""
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def _live_pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the store is not open")
+        return self._pool
+
+    async def _transaction(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``work`` in one transaction; a lost connection is a 503."""
+        try:
+            async with self._live_pool().acquire() as conn, conn.transaction():
+                return await work(conn)
+        except _GONE as exc:
+            raise Unavailable(f"the database connection was lost: {exc}") from None
+
+    async def _read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``work`` on one connection (a read: one snapshot per statement group)."""
+        try:
+            async with self._live_pool().acquire() as conn, conn.transaction(
+                    isolation="repeatable_read", readonly=True):
+                return await work(conn)
+        except _GONE as exc:
+            raise Unavailable(f"the database connection was lost: {exc}") from None
+
+    # --- accounts ---------------------------------------------------------------
+    async def create_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int, period: str = "") -> User:
+        """Create an account; raise ``BadRequest`` if it exists."""
+        user, created = await self.ensure_user(user_id, plan, credits, browser_minutes, period)
+        if not created:
+            raise BadRequest(f"user {user_id!r} already exists", code="user_exists")
+        return user
+
+    async def ensure_user(self, user_id: str, plan: str, credits: int,
+                          browser_minutes: int, period: str = "") -> tuple[User, bool]:
+        """Return the account, creating it first if needed; the flag says it was created."""
+        async def run(conn: Connection) -> tuple[User, bool]:
+            now = self._now()
+            created = await conn.fetchval(
+                "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
+                " VALUES ($1, $2, 0, 0, $3, $4) ON CONFLICT (user_id) DO NOTHING RETURNING 1",
+                user_id, plan, now, period or now[:7]) is not None
+            if created and (credits or browser_minutes):
+                # The opening balance is a grant like any other: balance == -sum(ledger).
+                await _charge(conn, user_id, None,
+                              Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+            return await _get_user(conn, user_id), created
+        return await self._transaction(run)
+
+    async def get_user(self, user_id: str) -> User | None:
+        """The account, or None."""
+        async def run(conn: Connection) -> User | None:
+            row = await conn.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = $1",
+                                      user_id)
+            return _user(row) if row else None
+        return await self._read(run)
+
+    async def grant_credits(self, user_id: str, credits: int) -> User:
+        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+        async def run(conn: Connection) -> User:
+            await _get_user(conn, user_id)
+            await _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), self._now())
+            return await _get_user(conn, user_id)
+        return await self._transaction(run)
+
+    async def replace_token(self, user_id: str, token_hash: str) -> None:
+        """Make ``token_hash`` the account's only API token."""
+        async def run(conn: Connection) -> None:
+            await _get_user(conn, user_id)
+            await conn.execute("DELETE FROM api_tokens WHERE user_id = $1", user_id)
+            await conn.execute("INSERT INTO api_tokens VALUES ($1, $2, $3)",
+                               token_hash, user_id, self._now())
+        await self._transaction(run)
+
+    async def user_for_token(self, token_hash: str) -> User | None:
+        """The account owning this token hash, or None."""
+        async def run(conn: Connection) -> User | None:
+            row = await conn.fetchrow(
+                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period"
+                " FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = $1",
+                token_hash)
+            return _user(row) if row else None
+        return await self._read(run)
+
+    async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
+                          minutes: int) -> User:
+        """Start ``period`` for the user if still in ``expected``: top the balances up to the
+        plan's amounts (a ``monthly_grant`` row). Idempotent across processes: the first
+        update moves the period, any later one finds it moved and changes nothing."""
+        async def run(conn: Connection) -> User:
+            moved = await conn.fetchval(
+                "UPDATE users SET period = $1 WHERE user_id = $2 AND period = $3 RETURNING 1",
+                period, user_id, expected) is not None
+            user = await _get_user(conn, user_id)
+            if moved:
+                await _top_up(conn, user, credits, minutes, "monthly_grant", self._now())
+                user = await _get_user(conn, user_id)
+            return user
+        return await self._transaction(run)
+
+    async def set_plan(self, user_id: str, plan: str, credits: int, minutes: int) -> User:
+        """Move the user to ``plan``, topping the balances up to its amounts at once."""
+        async def run(conn: Connection) -> User:
+            await _get_user(conn, user_id)
+            await conn.execute("UPDATE users SET plan = $1 WHERE user_id = $2", plan, user_id)
+            await _top_up(conn, await _get_user(conn, user_id), credits, minutes, "plan_grant",
+                          self._now())
+            return await _get_user(conn, user_id)
+        return await self._transaction(run)
+
+    async def charge_minutes(self, user_id: str, thread_key: str | None, minutes: int,
+                             what: str = "browser") -> User:
+        """Take metered browser minutes (a ledger row of kind ``what``)."""
+        async def run(conn: Connection) -> User:
+            await _get_user(conn, user_id)
+            await _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes),
+                          self._now())
+            return await _get_user(conn, user_id)
+        return await self._transaction(run)
+
+    async def ledger_page(self, user_id: str, limit: int, before: int | None
+                          ) -> tuple[list[LedgerEntry], int | None]:
+        """Up to ``limit`` ledger rows older than ``before``, newest first, and the next
+        cursor."""
+        async def run(conn: Connection) -> tuple[list[LedgerEntry], int | None]:
+            rows = await conn.fetch(
+                "SELECT id, thread_key, kind, model, prompt_tokens, completion_tokens, credits,"
+                " minutes, created_at FROM ledger WHERE user_id = $1 AND id < $2"
+                " ORDER BY id DESC LIMIT $3",
+                user_id, before if before is not None else 2**62, limit + 1)
+            entries = [LedgerEntry(r[0], r[1], Charge(*r[2:8]), r[8]) for r in rows[:limit]]
+            return entries, (entries[-1].id if len(rows) > limit else None)
+        return await self._read(run)
+
+    async def ledger_totals(self, user_id: str, since: str) -> dict[str, Charge]:
+        """Per-kind sums of the user's ledger rows from ``since`` (ISO time) on."""
+        async def run(conn: Connection) -> dict[str, Charge]:
+            rows = await conn.fetch(
+                "SELECT kind, count(*), sum(prompt_tokens)::bigint,"
+                " sum(completion_tokens)::bigint, sum(credits)::bigint, sum(minutes)::bigint"
+                " FROM ledger WHERE user_id = $1 AND created_at >= $2"
+                " GROUP BY kind ORDER BY kind", user_id, since)
+            return {r[0]: Charge(r[0], str(r[1]), r[2], r[3], r[4], r[5]) for r in rows}
+        return await self._read(run)
+
+    async def ledger_daily(self, user_id: str, since: str) -> list[tuple[str, str, int, int]]:
+        """What the user spent per UTC day and kind from ``since`` (ISO time) on, grants left
+        out: (``YYYY-MM-DD``, kind, credits, browser minutes), oldest day first."""
+        async def run(conn: Connection) -> list[tuple[str, str, int, int]]:
+            rows = await conn.fetch(
+                "SELECT substr(created_at, 1, 10) AS day, kind, sum(credits)::bigint,"
+                " sum(minutes)::bigint FROM ledger WHERE user_id = $1 AND created_at >= $2"
+                " AND (credits > 0 OR minutes > 0) GROUP BY day, kind ORDER BY day, kind",
+                user_id, since)
+            return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return await self._read(run)
+
+    # --- retention -----------------------------------------------------------------------
+    async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
+        """Threads not updated since their owner's plan cutoff (``{plan: ISO time}``)."""
+        async def run(conn: Connection) -> list[ExpiredThread]:
+            expired = []
+            for plan, cutoff in cutoffs.items():
+                rows = await conn.fetch(
+                    "SELECT t.session_key, t.user_id, u.plan, t.updated_at FROM threads t"
+                    " JOIN users u USING (user_id) WHERE u.plan = $1 AND t.updated_at < $2"
+                    " ORDER BY t.updated_at", plan, cutoff)
+                expired += [ExpiredThread(*row) for row in rows]
+            return expired
+        return await self._read(run)
+
+    async def prune_inbound(self, before: str) -> int:
+        """Forget answered channel messages received before ``before``, and failed deliveries
+        recorded before it; return how many."""
+        async def run(conn: Connection) -> int:
+            inbox = await conn.fetchval(
+                "WITH gone AS (DELETE FROM inbox WHERE received_at < $1 AND state = 'done'"
+                " RETURNING 1) SELECT count(*) FROM gone", before)
+            outbox = await conn.fetchval(
+                "WITH gone AS (DELETE FROM outbox WHERE updated_at < $1 AND state = 'failed'"
+                " RETURNING 1) SELECT count(*) FROM gone", before)
+            return int(inbox + outbox)
+        return await self._transaction(run)
+
+    # --- threads and pinned memory ---------------------------------------------
+    async def get_thread(self, session_key: str) -> Thread | None:
+        """The thread with this session key, or None."""
+        async def run(conn: Connection) -> Thread | None:
+            row = await conn.fetchrow(
+                f"SELECT {_THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
+            return _thread(row) if row else None
+        return await self._read(run)
+
+    async def list_threads(self, user_id: str, limit: int = 50,
+                           before: tuple[str, int] | None = None,
+                           ) -> tuple[list[Thread], tuple[str, int] | None]:
+        """Up to ``limit`` of the user's threads updated before the cursor ``before``, most
+        recent first, and the next cursor (None on the last page)."""
+        async def run(conn: Connection) -> tuple[list[Thread], tuple[str, int] | None]:
+            stamp, pk = before if before is not None else ("\uffff", 2**62)
+            rows = await conn.fetch(
+                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE user_id = $1"
+                " AND (updated_at, id) < ($2, $3) ORDER BY updated_at DESC, id DESC LIMIT $4",
+                user_id, stamp, pk, limit + 1)
+            page = rows[:limit]
+            cursor = (page[-1][-1], page[-1][0]) if len(rows) > limit else None
+            return [_thread(row, 1) for row in page], cursor
+        return await self._read(run)
+
+    async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
+        """The thread's pinned keys (empty if no thread)."""
+        async def run(conn: Connection) -> dict[str, str]:
+            return await _pinned(conn, await _owned_pk(conn, ref))
+        return await self._read(run)
+
+    async def put_pinned(self, ref: ThreadRef, key: str, value: str,
+                         max_keys: int) -> dict[str, str]:
+        """Upsert one pinned key, creating the thread if needed; return all keys."""
+        async def run(conn: Connection) -> dict[str, str]:
+            now = self._now()
+            pk = await _touch_thread(conn, ref, now)
+            pinned = await _pinned(conn, pk)
+            if key not in pinned and len(pinned) >= max_keys:
+                raise BadRequest(f"a thread holds at most {max_keys} pinned keys",
+                                 code="too_many_keys")
+            await conn.execute(
+                "INSERT INTO pinned (thread, key, value, updated_at) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (thread, key) DO UPDATE SET value = excluded.value,"
+                " updated_at = excluded.updated_at", pk, key, value, now)
+            pinned[key] = value
+            return dict(sorted(pinned.items()))
+        return await self._transaction(run)
+
+    async def delete_pinned(self, ref: ThreadRef, key: str | None) -> dict[str, str]:
+        """Delete one pinned key, or all when ``key`` is None; return what remains."""
+        async def run(conn: Connection) -> dict[str, str]:
+            pk = await _owned_pk(conn, ref)
+            if pk is None:
+                return {}
+            if key is None:
+                await conn.execute("DELETE FROM pinned WHERE thread = $1", pk)
+            else:
+                await conn.execute("DELETE FROM pinned WHERE thread = $1 AND key = $2", pk, key)
+            return await _pinned(conn, pk)
+        return await self._transaction(run)
+
+    async def clear_thread(self, session_key: str) -> bool:
+        """Empty summary and messages (pinned and display stay); False if no thread."""
+        async def run(conn: Connection) -> bool:
+            pk = await _thread_pk(conn, session_key)
+            if pk is None:
+                return False
+            await conn.execute("DELETE FROM messages WHERE thread = $1", pk)
+            await conn.execute(
+                "UPDATE threads SET summary = '', summary_tokens = 0,"
+                " summary_version = summary_version + 1, updated_at = $1 WHERE id = $2",
+                self._now(), pk)
+            return True
+        return await self._transaction(run)
+
+    async def delete_thread(self, session_key: str) -> bool:
+        """Remove the thread and all it holds; False if no thread."""
+        async def run(conn: Connection) -> bool:
+            return await conn.fetchval("DELETE FROM threads WHERE session_key = $1 RETURNING 1",
+                                       session_key) is not None
+        return await self._transaction(run)
+
+    async def display_page(self, session_key: str, limit: int,
+                           before: int | None) -> ThreadPage:
+        """Up to ``limit`` display messages older than ``before``, oldest first."""
+        async def run(conn: Connection) -> ThreadPage:
+            rows = await conn.fetch(
+                "SELECT d.id, d.role, d.content, d.created_at FROM display_messages d"
+                " JOIN threads t ON t.id = d.thread WHERE t.session_key = $1 AND d.id < $2"
+                " ORDER BY d.id DESC LIMIT $3",
+                session_key, before if before is not None else 2**62, limit + 1)
+            page = [DisplayMessage(*row) for row in rows[:limit]]
+            page.reverse()
+            return ThreadPage(page, page[0].id if len(rows) > limit else None)
+        return await self._read(run)
+
+    async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
+        """The thread and its rolling ``messages``, oldest first, from one snapshot."""
+        async def run(conn: Connection) -> tuple[Thread | None, list[StoredMessage]]:
+            row = await conn.fetchrow(
+                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
+            if row is None:
+                return None, []
+            rows = await conn.fetch("SELECT id, role, content, tokens FROM messages"
+                                    " WHERE thread = $1 ORDER BY id", row[0])
+            return _thread(row, 1), [StoredMessage(*r) for r in rows]
+        return await self._read(run)
+
+    # --- turns ------------------------------------------------------------------
+    async def load_turn(self, ref: ThreadRef, user_id: str,
+                        specialist: str | None) -> TurnState:
+        """Everything a turn reads, from one snapshot; raise ``NotFound`` if no account."""
+        async def run(conn: Connection) -> TurnState:
+            user = await _get_user(conn, user_id)
+            row = await conn.fetchrow(
+                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = $1",
+                ref.session_key)
+            pk, thread = (row[0], _thread(row, 1)) if row else (None, None)
+            if thread is not None and thread.ref.user_id != ref.user_id:
+                raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+            messages = [] if pk is None else [StoredMessage(*r) for r in await conn.fetch(
+                "SELECT id, role, content, tokens FROM messages WHERE thread = $1 ORDER BY id",
+                pk)]
+            instructions = None
+            if specialist is not None:
+                instructions = await conn.fetchval(
+                    "SELECT instructions FROM specialists WHERE user_id = $1 AND name = $2",
+                    user_id, specialist)
+            credentials = await self._credentials(conn, user_id)
+            return TurnState(user, thread, await _pinned(conn, pk), messages, instructions,
+                             credentials)
+        return await self._read(run)
+
+    async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
+        """Write a turn (messages, display, ledger, balance); return the new message ids."""
+        async def run(conn: Connection) -> TurnWritten:
+            now = self._now()
+            pk = await _touch_thread(conn, commit.ref, now)
+            ids = [await conn.fetchval(
+                "WITH shown AS (INSERT INTO display_messages (thread, role, content, created_at)"
+                " VALUES ($1, $2, $3, $5))"
+                " INSERT INTO messages (thread, role, content, tokens)"
+                " VALUES ($1, $2, $3, $4) RETURNING id",
+                pk, m.role, m.content, m.tokens, now) for m in commit.messages]
+            if commit.inbound is not None and not await _answer_inbox(
+                    conn, *commit.inbound, commit.reply, self.clock(), now):
+                raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
+                               "answered", code="duplicate_message")
+            for charge in commit.charges:
+                await _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
+            return TurnWritten([int(i) for i in ids])
+        return await self._transaction(run)
+
+    async def record_charges(self, user_id: str, thread_key: str,
+                             charges: list[Charge]) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored."""
+        async def run(conn: Connection) -> None:
+            now = self._now()
+            for charge in charges:
+                await _charge(conn, user_id, thread_key, charge, now)
+        await self._transaction(run)
+
+    async def commit_summary(self, commit: SummaryCommit) -> bool:
+        """Apply a summary if the thread is still at the expected version; False otherwise."""
+        async def run(conn: Connection) -> bool:
+            pk = await conn.fetchval(
+                "UPDATE threads SET summary = $1, summary_tokens = $2,"
+                " summary_version = summary_version + 1"
+                " WHERE session_key = $3 AND summary_version = $4 RETURNING id",
+                commit.summary, commit.summary_tokens, commit.session_key,
+                commit.expected_version)
+            if pk is None:
+                return False
+            await conn.execute("DELETE FROM messages WHERE thread = $1 AND id <= $2",
+                               pk, commit.folded_through_id)
+            await _charge(conn, commit.billed_user, commit.session_key, commit.charge,
+                          self._now())
+            return True
+        return await self._transaction(run)
+
+    # --- durable inbox and outbox -------------------------------------------------------
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+        """Commit a channel message to the inbox (``answered``: only to recognise a
+        redelivery); its id, or None if it is there already."""
+        async def run(conn: Connection) -> int | None:
+            pk: int | None = await conn.fetchval(
+                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+                " payload, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
+                entry.channel, entry.message_id, entry.conversation,
+                "done" if answered else "pending", entry.address, entry.max_chars,
+                None if answered else entry.payload, self._now())
+            return pk
+        return await self._transaction(run)
+
+    async def inbox_pending(self) -> list[InboxEntry]:
+        """Every unanswered inbox message, in arrival order."""
+        async def run(conn: Connection) -> list[InboxEntry]:
+            rows = await conn.fetch(
+                "SELECT channel, message_id, conversation, address, max_chars, payload, id"
+                " FROM inbox WHERE state = 'pending' ORDER BY id")
+            return [InboxEntry(*row) for row in rows]
+        return await self._read(run)
+
+    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
+        False if it was not pending."""
+        return await self._transaction(lambda conn: _answer_inbox(
+            conn, channel, message_id, reply, self.clock(), self._now()))
+
+    async def drop_inbox(self, channel: str, message_id: str) -> None:
+        """Mark a pending message done without a reply."""
+        async def run(conn: Connection) -> None:
+            await conn.execute("UPDATE inbox SET state = 'done', payload = NULL"
+                               " WHERE channel = $1 AND message_id = $2 AND state = 'pending'",
+                               channel, message_id)
+        await self._transaction(run)
+
+    async def pending_deliveries(self) -> list[Delivery]:
+        """Every reply still waiting for its platform, oldest first."""
+        async def run(conn: Connection) -> list[Delivery]:
+            rows = await conn.fetch(f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+                                    " WHERE state = 'pending' ORDER BY id")
+            return [Delivery(*row) for row in rows]
+        return await self._read(run)
+
+    async def deliveries(self, conversation: str | None = None,
+                         limit: int = 100) -> list[Delivery]:
+        """Pending and failed replies, newest first; only one conversation's when given."""
+        async def run(conn: Connection) -> list[Delivery]:
+            rows = await conn.fetch(
+                f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+                " WHERE ($1::text IS NULL OR conversation = $1) ORDER BY id DESC LIMIT $2",
+                conversation, limit)
+            return [Delivery(*row) for row in rows]
+        return await self._read(run)
+
+    async def delivery_progress(self, channel: str, message_id: str, chunks_sent: int) -> None:
+        """Record that the first ``chunks_sent`` chunks of a reply arrived."""
+        async def run(conn: Connection) -> None:
+            await conn.execute("UPDATE outbox SET chunks_sent = $1, updated_at = $2"
+                               " WHERE channel = $3 AND message_id = $4",
+                               chunks_sent, self._now(), channel, message_id)
+        await self._transaction(run)
+
+    async def delivery_retry(self, channel: str, message_id: str, attempts: int,
+                             next_attempt: float, error: str) -> None:
+        """Record a failed attempt and when to try again."""
+        async def run(conn: Connection) -> None:
+            await conn.execute(
+                "UPDATE outbox SET attempts = $1, next_attempt = $2, last_error = $3,"
+                " updated_at = $4 WHERE channel = $5 AND message_id = $6",
+                attempts, next_attempt, error, self._now(), channel, message_id)
+        await self._transaction(run)
+
+    async def delivery_finished(self, channel: str, message_id: str,
+                                error: str | None = None) -> None:
+        """Delivered (the row goes), or failed for good with ``error`` (the row stays)."""
+        async def run(conn: Connection) -> None:
+            if error is None:
+                await conn.execute("DELETE FROM outbox WHERE channel = $1 AND message_id = $2",
+                                   channel, message_id)
+            else:
+                await conn.execute(
+                    "UPDATE outbox SET state = 'failed', last_error = $1, updated_at = $2"
+                    " WHERE channel = $3 AND message_id = $4",
+                    error, self._now(), channel, message_id)
+        await self._transaction(run)
+
+    # --- specialists and credentials ---------------------------------------------
+    async def get_specialist(self, user_id: str, name: str) -> str | None:
+        """The instructions of the user's specialist, or None."""
+        return (await self.list_specialists(user_id, name)).get(name)
+
+    async def list_specialists(self, user_id: str, name: str | None = None) -> dict[str, str]:
+        """All the user's specialists (or only ``name``), by name."""
+        async def run(conn: Connection) -> dict[str, str]:
+            rows = await conn.fetch(
+                "SELECT name, instructions FROM specialists WHERE user_id = $1"
+                " AND ($2::text IS NULL OR name = $2) ORDER BY name", user_id, name)
+            return {row[0]: row[1] for row in rows}
+        return await self._read(run)
+
+    async def put_specialist(self, user_id: str, name: str, instructions: str) -> None:
+        """Create or replace a specialist."""
+        async def run(conn: Connection) -> None:
+            await conn.execute(
+                "INSERT INTO specialists (user_id, name, instructions, updated_at)"
+                " VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, name)"
+                " DO UPDATE SET instructions = excluded.instructions,"
+                " updated_at = excluded.updated_at", user_id, name, instructions, self._now())
+        await self._transaction(run)
+
+    async def delete_specialist(self, user_id: str, name: str) -> bool:
+        """Delete a specialist; False if there was none."""
+        async def run(conn: Connection) -> bool:
+            return await conn.fetchval(
+                "DELETE FROM specialists WHERE user_id = $1 AND name = $2 RETURNING 1",
+                user_id, name) is not None
+        return await self._transaction(run)
+
+    @staticmethod
+    async def _credentials(conn: Connection, user_id: str) -> list[SecretRecord]:
+        rows = await conn.fetch("SELECT site, secret FROM browser_credentials"
+                                " WHERE user_id = $1 ORDER BY site", user_id)
+        return [SecretRecord(row[0], bytes(row[1])) for row in rows]
+
+    async def put_credential(self, user_id: str, site: str, blob: bytes) -> list[SecretRecord]:
+        """Create or replace a saved browser credential; return all the user's."""
+        async def run(conn: Connection) -> list[SecretRecord]:
+            await conn.execute(
+                "INSERT INTO browser_credentials (user_id, site, secret, updated_at)"
+                " VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, site)"
+                " DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at",
+                user_id, site, blob, self._now())
+            return await self._credentials(conn, user_id)
+        return await self._transaction(run)
+
+    async def list_credentials(self, user_id: str) -> list[SecretRecord]:
+        """All the user's saved browser credentials (encrypted)."""
+        return await self._read(lambda conn: self._credentials(conn, user_id))
+
+    async def delete_credential(self, user_id: str, site: str) -> list[SecretRecord]:
+        """Forget one saved credential; return what remains."""
+        async def run(conn: Connection) -> list[SecretRecord]:
+            await conn.execute("DELETE FROM browser_credentials WHERE user_id = $1 AND site = $2",
+                               user_id, site)
+            return await self._credentials(conn, user_id)
+        return await self._transaction(run)
+
+    # --- dashboard sign-in --------------------------------------------------------------------
+    async def create_web_session(self, session_hash: str, user_id: str, csrf: str,
+                                 expires: float) -> None:
+        """Record a signed-in session (its id only as a hash) until ``expires`` (epoch s)."""
+        async def run(conn: Connection) -> None:
+            await conn.execute("INSERT INTO web_sessions VALUES ($1, $2, $3, $4, $5)",
+                               session_hash, user_id, csrf, expires, self._now())
+        await self._transaction(run)
+
+    async def web_session(self, session_hash: str) -> WebSession | None:
+        """The account and CSRF token of a session that has not expired, or None."""
+        async def run(conn: Connection) -> WebSession | None:
+            row = await conn.fetchrow(
+                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period,"
+                " s.csrf FROM web_sessions s JOIN users u USING (user_id)"
+                " WHERE s.session_hash = $1 AND s.expires > $2", session_hash, self.clock())
+            return WebSession(_user(row), row[6]) if row else None
+        return await self._read(run)
+
+    async def delete_web_session(self, session_hash: str) -> None:
+        """End a session (sign-out); expired sessions of anybody go too."""
+        async def run(conn: Connection) -> None:
+            await conn.execute("DELETE FROM web_sessions WHERE session_hash = $1 OR expires <= $2",
+                               session_hash, self.clock())
+        await self._transaction(run)
+
+    async def create_login_link(self, code_hash: str, user_id: str, expires: float) -> None:
+        """Record a single-use sign-in code (only its hash) valid until ``expires``."""
+        async def run(conn: Connection) -> None:
+            await _get_user(conn, user_id)
+            await conn.execute("INSERT INTO login_links VALUES ($1, $2, $3, $4)",
+                               code_hash, user_id, expires, self._now())
+        await self._transaction(run)
+
+    async def use_login_link(self, code_hash: str) -> str | None:
+        """Spend a sign-in code: the account it signs in, if it was valid; never again (one
+        process wins a race: the row is deleted once)."""
+        async def run(conn: Connection) -> str | None:
+            now = self.clock()
+            row = await conn.fetchrow("DELETE FROM login_links WHERE code_hash = $1"
+                                      " RETURNING user_id, expires", code_hash)
+            await conn.execute("DELETE FROM login_links WHERE expires <= $1", now)
+            return str(row[0]) if row and row[1] > now else None
+        return await self._transaction(run)
+
+    async def ledger(self, user_id: str) -> list[Charge]:
+        """The user's ledger rows, oldest first."""
+        async def run(conn: Connection) -> list[Charge]:
+            rows = await conn.fetch(
+                "SELECT kind, model, prompt_tokens, completion_tokens, credits, minutes"
+                " FROM ledger WHERE user_id = $1 ORDER BY id", user_id)
+            return [Charge(*row) for row in rows]
+        return await self._read(run)

@@ -1,0 +1,76 @@
+"""The whole gateway on PostgreSQL (``CLOUDYBOT_DATABASE_URL``): the HTTP API end to end,
+migrations that several processes may run at once, and a lost database answered with 503."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from gateway.store.postgres import PostgresStore
+from gateway.store.postgres_migrations import MIGRATIONS
+from gateway.testing.fake_llm import FakeLLM
+from tests.conftest import Harness
+from tests.helpers import assert_json_error
+
+pytest_plugins = ["tests.postgres"]
+StartGateway = Callable[..., Awaitable[Harness]]
+
+
+async def test_chat_memory_and_summaries_on_postgresql(
+        start_gateway: StartGateway, postgres_url: str, fake_llm: FakeLLM) -> None:
+    harness = await start_gateway(database_url=postgres_url, summarize_at=4, keep_recent=2)
+    assert isinstance(harness.gateway.store, PostgresStore)
+    auth = await harness.user()
+    response = await harness.client.put("/api/user/memory", params={"threadId": "t1"},
+                                        headers=auth, json={"key": "name", "value": "Ada"})
+    assert response.status == 200
+    for text in ("one", "two", "three"):
+        assert (await harness.chat(auth, text)).status == 200
+    await harness.gateway.drain()
+    thread = await (await harness.client.get("/api/threads/t1", headers=auth)).json()
+    assert [m["content"] for m in thread["display_messages"]] == [
+        "one", "echo: one", "two", "echo: two", "three", "echo: three"]
+    assert thread["summary"].startswith("SUMMARY")
+    assert "name: Ada" in fake_llm.chat_requests[-1].system_text
+    credits = await (await harness.client.get("/api/user/credits", headers=auth)).json()
+    ledger = await harness.gateway.store.ledger("alice")
+    assert credits["credits"] == -sum(row.credits for row in ledger)
+    listed = await (await harness.client.get("/api/threads", headers=auth)).json()
+    assert [t["threadId"] for t in listed["threads"]] == ["t1"]
+
+
+async def test_processes_starting_together_migrate_once(postgres_url: str) -> None:
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    await asyncio.gather(*(store.open() for store in stores))
+    try:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            versions = [row[0] for row in await conn.fetch("SELECT version FROM schema_version")]
+        finally:
+            await conn.close()
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        await stores[0].create_user("alice", "free", 10, 0)
+        assert (await stores[3].get_user("alice")) is not None
+    finally:
+        await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_a_lost_database_connection_is_a_503_and_later_turns_work(
+        start_gateway: StartGateway, postgres_url: str) -> None:
+    harness = await start_gateway(database_url=postgres_url)
+    auth = await harness.user()
+    assert (await harness.chat(auth, "before")).status == 200
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        # every connection of the gateway's pool is cut, as a database restart would
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    finally:
+        await admin.close()
+    first = await harness.chat(auth, "during")
+    if first.status != 200:  # the pool may notice the dead connection before using it
+        await assert_json_error(first, 503, "unavailable")
+    assert (await harness.chat(auth, "after")).status == 200
