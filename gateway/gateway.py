@@ -80,7 +80,7 @@ class Gateway:
         self.store: Store = store if store is not None else store_for(settings, clock)
         self.accounts = Accounts(settings, self.store, clock)
         self.hooks = PluginHooks(self.pm, self)
-        self.locks = KeyedLocks()
+        self.locks = KeyedLocks(self.store.lock_thread)
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
         self.outbox = Outbox(self)
@@ -393,10 +393,10 @@ class Gateway:
             result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
                                                         inbound, on_text, images)
         except BaseException:
-            lease.release()
+            await lease.release()
             raise
         if pending is None:
-            lease.release()
+            await lease.release()
         else:
             self.spawn(self._summarize_then_release(pending, lease))
         return result
@@ -407,4 +407,4 @@ class Gateway:
         except Exception:
             log.exception("summarization of %s crashed", pending.ref.session_key)
         finally:
-            lease.release()
+            await lease.release()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..locks import SharedLock
 from .records import (
     ChannelMessage,
     Charge,
@@ -222,6 +223,11 @@ class Store(Protocol):
 
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""
+
+    # --- several processes ------------------------------------------------------------
+    async def lock_thread(self, session_key: str) -> SharedLock | None:
+        """Hold the thread's turn lock where other processes see it (None: this store has
+        no other processes to tell, as SQLite)."""
 
 
 __all__ = [

@@ -151,6 +151,27 @@ async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: 
     return True
 
 
+class _AdvisoryLock:
+    """A thread's turn lock held in PostgreSQL (a session advisory lock on a connection of its
+    own): another process's turn on the thread waits for it, and it dies with the connection
+    if this process does."""
+
+    def __init__(self, pool: asyncpg.Pool, conn: Connection, session_key: str) -> None:
+        self._pool = pool
+        self._conn = conn
+        self._key = session_key
+
+    async def release(self) -> None:
+        """Unlock and give the connection back (a lost connection lost its locks too)."""
+        try:
+            await self._conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+                                     self._key)
+        except _GONE:
+            pass
+        finally:
+            await self._pool.release(self._conn)
+
+
 class PostgresStore:
     """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
 
@@ -160,6 +181,7 @@ class PostgresStore:
         self.clock = clock
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
+        self._locks: asyncpg.Pool | None = None  # connections that hold turn locks
 
     def _now(self) -> str:
         return iso_utc(self.clock())
@@ -170,7 +192,11 @@ class PostgresStore:
         try:
             self._pool = await asyncpg.create_pool(self.url, min_size=1,
                                                    max_size=self.pool_size)
+            # Held for a turn's whole length, so never the connections its queries need.
+            self._locks = await asyncpg.create_pool(self.url, min_size=0,
+                                                    max_size=self.pool_size)
         except (*_GONE, asyncpg.PostgresError) as exc:
+            await self.close()
             raise Unavailable(f"cannot connect to PostgreSQL: {exc}") from None
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
@@ -182,10 +208,11 @@ class PostgresStore:
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
 
     async def close(self) -> None:
-        """Close the pool (idempotent)."""
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        """Close the pools (idempotent)."""
+        for pool in (self._pool, self._locks):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._locks = None
 
     def _live_pool(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -744,6 +771,26 @@ class PostgresStore:
             await conn.execute("DELETE FROM login_links WHERE expires <= $1", now)
             return str(row[0]) if row and row[1] > now else None
         return await self._transaction(run)
+
+    # --- several processes ------------------------------------------------------------
+    async def lock_thread(self, session_key: str) -> _AdvisoryLock:
+        """Wait for the thread's turn lock across processes and hold it (see
+        :class:`_AdvisoryLock`)."""
+        if self._locks is None:
+            raise RuntimeError("the store is not open")
+        try:
+            conn = await self._locks.acquire()
+        except _GONE as exc:
+            raise Unavailable(f"the database connection was lost: {exc}") from None
+        try:
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))",
+                               session_key)
+        except BaseException as exc:
+            await self._locks.release(conn)
+            if isinstance(exc, _GONE):
+                raise Unavailable(f"the database connection was lost: {exc}") from None
+            raise
+        return _AdvisoryLock(self._locks, conn, session_key)
 
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""

@@ -920,6 +920,10 @@ class SQLiteStore:
             return str(row[0]) if row and row[1] > now else None
         return await self._transaction(run)
 
+    async def lock_thread(self, session_key: str) -> None:
+        """One process uses a SQLite database: its in-process turn lock is the whole lock."""
+        return None
+
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""
         def run(conn: sqlite3.Connection) -> list[Charge]:
