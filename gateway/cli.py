@@ -1,5 +1,5 @@
 """The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, deliveries,
-sessions list|show|rotate, plugins, new-plugin."""
+sessions list|show|rotate, migrate, plugins, new-plugin."""
 
 from __future__ import annotations
 
@@ -353,6 +353,41 @@ def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser
     rotate = sessions.add_parser("rotate", parents=[common], help="archive a session now")
     rotate.add_argument("key")
     rotate.set_defaults(handler=cmd_sessions_rotate)
+    migrate = commands.add_parser("migrate", help="copy a SQLite deployment into PostgreSQL")
+    migrate.add_argument("--from-sqlite", required=True, metavar="DATA_DIR",
+                         help="the data dir of the SQLite deployment (not running)")
+    migrate.add_argument("--to", required=True, metavar="URL",
+                         help="postgresql://user@host/database (created beforehand)")
+    migrate.add_argument("--force", action="store_true",
+                         help="replace what the target database already holds")
+    migrate.set_defaults(handler=cmd_migrate)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Copy a SQLite deployment into PostgreSQL (rows; session files stay in the data dir)."""
+    from .options import database_url
+    from .store.migrate import migrate
+
+    try:
+        url = database_url(args.to)
+    except ValueError as exc:
+        raise GatewayError(f"--to {exc}") from None
+    if not url:
+        raise GatewayError("--to must be a postgresql:// URL")
+    on_terminal = sys.stdout.isatty()
+
+    def progress(table: str, copied: int, total: int) -> None:
+        if on_terminal:
+            print(f"\r{table:<20} {copied:>9,} / {total:,} rows", end="", flush=True)
+            if copied == total:
+                print()
+
+    report = asyncio.run(migrate(Path(args.from_sqlite), url, force=args.force,
+                                 progress=progress))
+    tables = ", ".join(f"{table} {count:,}" for table, count in report.copied.items() if count)
+    print(f"migrated {report.total:,} rows from {args.from_sqlite} ({tables or 'none'}); "
+          "every table's count matches")
+    return 0
 
 
 def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:

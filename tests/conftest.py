@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
 from gateway.testing.telegram import FakeTelegramChats
 from tests.fakes.loop import LoopChannel
 from tests.helpers import Clock
+from tests.postgres import postgres_database, postgres_url
+
+# The whole suite runs on PostgreSQL instead of SQLite with CLOUDYBOT_TEST_BACKEND=postgresql.
+ON_POSTGRES = os.environ.get("CLOUDYBOT_TEST_BACKEND") == "postgresql"
+__all__ = ["postgres_database", "postgres_url"]  # fixtures, for every test module
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy")
@@ -56,13 +62,18 @@ def _variable_text(value: Any) -> str:
 
 
 @pytest.fixture
-def make_settings(data_dir: Path, fake_llm: FakeLLM,
+def make_settings(data_dir: Path, fake_llm: FakeLLM, request: pytest.FixtureRequest,
                   cloudybot_settings: Callable[..., Settings]) -> Callable[..., Settings]:
     """Settings in a temp data dir, talking to the fake LLM. Keyword arguments override: a
     core field by its name, a plugin's setting by its variable without ``CLOUDYBOT_``
     (``telegram_group_mode="all"``, ``llm_max_retries=0``; ``""`` unsets), read as the
-    gateway reads the environment."""
+    gateway reads the environment. With ``CLOUDYBOT_TEST_BACKEND=postgresql``, the store is
+    a fresh PostgreSQL schema of the test's own."""
+    database = request.getfixturevalue("postgres_url") if ON_POSTGRES else ""
+
     def make(**overrides: Any) -> Settings:
+        if database and "database_url" not in overrides:
+            overrides["database_url"] = database
         variables = {f"CLOUDYBOT_{key.upper()}": _variable_text(value)
                      for key, value in overrides.items() if key not in CORE_FIELDS}
         return cloudybot_settings({

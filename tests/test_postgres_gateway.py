@@ -14,7 +14,6 @@ from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.helpers import assert_json_error
 
-pytest_plugins = ["tests.postgres"]
 StartGateway = Callable[..., Awaitable[Harness]]
 
 

@@ -15,7 +15,6 @@ from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.process import ServeProcess
 from tests.test_cli import acloudybot, last_line
 
-pytest_plugins = ["tests.postgres"]
 SECRET = "one-secret-key-for-every-process"
 
 

@@ -25,8 +25,6 @@ from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
 from tests.helpers import Clock
 
-pytest_plugins = ["tests.postgres"]
-
 REF = ThreadRef("alice", "t1", "alice--t1", "dashboard")
 BOB_REF = ThreadRef("bob", "t1", "bob--t1", "dashboard")
 

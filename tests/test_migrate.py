@@ -1,0 +1,112 @@
+"""``cloudybot migrate --from-sqlite DATA_DIR --to postgresql://…`` (SPEC §18): every row of a
+SQLite deployment with 1,000 threads arrives, ids kept; a non-empty target is refused without
+``--force``; the gateway then runs on the copy."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from gateway.store import ChannelMessage, Charge, InboxEntry, NewMessage, ThreadRef, TurnCommit
+from gateway.store.migrate import TABLES
+from gateway.store.sqlite import SQLiteStore
+from tests.conftest import Harness
+from tests.test_cli import acloudybot
+
+StartGateway = Callable[..., Awaitable[Harness]]
+
+
+async def seed(data_dir: Path, threads: int) -> None:
+    """A deployment: two users, ``threads`` threads with turns, pinned keys, a specialist, a
+    saved login, a summary, the ledger, an inbox message answered into the outbox."""
+    store = SQLiteStore(data_dir / "cloudybot.sqlite3")
+    await store.open()
+    try:
+        await store.create_user("alice", "pro", 100_000, 60, "2026-12")
+        await store.create_user("bob", "free", 10, 0, "2026-12")
+        await store.replace_token("alice", "token-hash")
+        await store.put_specialist("alice", "chef", "Cook.")
+        await store.put_credential("alice", "example.com", b"\x00\xffsealed")
+        await store.inbox_add(InboxEntry("telegram", "m1", "alice--t0", '{"chat": 1}', 4096,
+                                         b"payload"))
+        for index in range(threads):
+            ref = ThreadRef("alice", f"t{index}", f"alice--t{index}", "dashboard")
+            await store.put_pinned(ref, "name", f"Ada {index}", 10)
+            await store.commit_turn(TurnCommit(
+                ref, "alice", [NewMessage("user", f"q{index} ü", 2),
+                               NewMessage("assistant", f"a{index} — ok", 3)],
+                [Charge("chat", "m", 10, 5, 1)],
+                ChannelMessage("telegram", "m1") if index == 0 else None))
+        await store.create_web_session("session-hash", "alice", "csrf", 2e9)
+    finally:
+        await store.close()
+
+
+def sqlite_rows(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(data_dir / "cloudybot.sqlite3")
+    try:
+        return {table: sorted(conn.execute(f"SELECT {', '.join(columns)} FROM {table}"),
+                              key=repr) for table, columns in TABLES}
+    finally:
+        conn.close()
+
+
+async def postgres_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    conn = await asyncpg.connect(url)
+    try:
+        found = {}
+        for table, columns in TABLES:
+            rows = await conn.fetch(f"SELECT {', '.join(columns)} FROM {table}")
+            found[table] = sorted((tuple(bytes(v) if isinstance(v, memoryview) else v
+                                         for v in row) for row in rows), key=repr)
+        return found
+    finally:
+        await conn.close()
+
+
+async def test_every_row_of_a_1000_thread_deployment_arrives(
+        data_dir: Path, postgres_url: str, start_gateway: StartGateway) -> None:
+    await seed(data_dir, 1000)
+    result = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                              "--to", postgres_url)
+    assert result.returncode == 0, result.stderr
+    assert "every table's count matches" in result.stdout
+    assert "threads 1,000" in result.stdout
+    expected = sqlite_rows(data_dir)
+    assert await postgres_rows(postgres_url) == expected
+    assert len(expected["display_messages"]) == 2000 and len(expected["outbox"]) == 1
+
+    # a second run finds the target full and refuses, changing nothing
+    again = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                             "--to", postgres_url)
+    assert again.returncode == 1 and "not empty" in again.stderr and "--force" in again.stderr
+    forced = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                              "--to", postgres_url, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert await postgres_rows(postgres_url) == expected
+
+    # the gateway runs on the copy: new rows take ids after the copied ones
+    harness = await start_gateway(database_url=postgres_url)
+    token = await harness.gateway.accounts.issue_token("alice")
+    auth = {"Authorization": f"Bearer {token}"}
+    assert (await harness.chat(auth, "after the move", thread="t5")).status == 200
+    thread = await (await harness.client.get("/api/threads/t5", headers=auth)).json()
+    assert [m["content"] for m in thread["display_messages"]] == [
+        "q5 ü", "a5 — ok", "after the move", "echo: after the move"]
+    memory = await (await harness.client.get("/api/user/memory", params={"threadId": "t5"},
+                                             headers=auth)).json()
+    assert memory["memory"] == {"name": "Ada 5"}
+
+
+async def test_migrate_refuses_what_it_cannot_use(data_dir: Path, tmp_path: Path) -> None:
+    missing = await acloudybot(data_dir, "migrate", "--from-sqlite", str(tmp_path / "nothing"),
+                               "--to", "postgresql://postgres@127.0.0.1/postgres")
+    assert missing.returncode == 1 and "no SQLite database" in missing.stderr
+    wrong = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                             "--to", "mysql://somewhere")
+    assert wrong.returncode == 1 and "postgresql://" in wrong.stderr
+    assert "Traceback" not in missing.stderr + wrong.stderr
