@@ -42,6 +42,7 @@ from .interfaces import (
     TextSink,
     TurnContext,
 )
+from .locks import Leadership
 from .logs import redact_in_logs
 from .options import PluginSettings, setting
 from .store import ThreadRef
@@ -66,6 +67,7 @@ __all__ = [
     "GatewayError",
     "Image",
     "InboundMessage",
+    "Leadership",
     "NotFound",
     "PayloadTooLarge",
     "PaymentRequired",

@@ -86,6 +86,10 @@ class Settings:
     database_pool_size: int = setting(10, "PostgreSQL connections each process keeps at most",
                                       section="storage", env="CLOUDYBOT_DATABASE_POOL_SIZE",
                                       parse=options.positive_int)
+    leader_retry_seconds: float = setting(
+        10.0, "with several processes, how often one that does not play a role (long polling "
+        "Telegram) asks whether its player died", section="storage",
+        env="CLOUDYBOT_LEADER_RETRY_SECONDS", parse=options.positive_float)
     host: str = setting("127.0.0.1", "listen address", section="server", env="CLOUDYBOT_HOST",
                         parse=options.name)
     port: int = setting(8080, "listen port", section="server", env="CLOUDYBOT_PORT",

@@ -21,7 +21,7 @@ from .errors import ConfigError, NotFound, PluginError, Unavailable
 from .hooks import PluginHooks
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Image, Provider, TextSink
-from .locks import KeyedLocks, Lease
+from .locks import KeyedLocks, Leadership, Lease
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
 from .retention import Retention
@@ -276,6 +276,18 @@ class Gateway:
         summarizations) has finished."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def lead(self, role: str) -> Leadership:
+        """Wait until this is the one process playing ``role`` (long polling a platform): at
+        once with SQLite; with PostgreSQL when no live process plays it, asking every
+        ``CLOUDYBOT_LEADER_RETRY_SECONDS``. Raises :class:`Unavailable` once the gateway
+        stops. Check ``alive()`` before each round of the role's work; release it when done."""
+        while not self.stopping.is_set():
+            leadership = await self.store.try_lead(role)
+            if leadership is not None:
+                return leadership
+            await self.pause(self.settings.leader_retry_seconds)
+        raise Unavailable("the gateway is stopping")
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the gateway begins to stop (check ``stopping``)."""

@@ -15,6 +15,28 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+class Leadership(Protocol):
+    """Being the one process that plays a role; it ends when released or when the process
+    (or its database connection) dies."""
+
+    async def alive(self) -> bool:
+        """Whether it still holds (checked before each round of the role's work)."""
+
+    async def release(self) -> None:
+        """Step down."""
+
+
+class Alone:
+    """The leadership of a store only one process uses: always held."""
+
+    async def alive(self) -> bool:
+        """Always."""
+        return True
+
+    async def release(self) -> None:
+        """Nothing to give up."""
+
+
 class SharedLock(Protocol):
     """A lock held in the store for another process to see; it dies with its holder."""
 

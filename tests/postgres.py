@@ -66,4 +66,9 @@ def postgres_url(postgres_database: str) -> Iterator[str]:
     try:
         yield f"{postgres_database}?search_path={schema}"
     finally:
-        _admin_now(postgres_database, f"DROP SCHEMA {schema} CASCADE")
+        # What the test left connected (a gateway it never stopped, a killed child's backend
+        # not yet gone) would hold locks the DROP waits for: end it first.
+        _admin_now(postgres_database,
+                   "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                   " WHERE datname = current_database() AND pid <> pg_backend_pid();"
+                   f" DROP SCHEMA {schema} CASCADE")

@@ -73,3 +73,23 @@ async def test_a_lost_database_connection_is_a_503_and_later_turns_work(
     if first.status != 200:  # the pool may notice the dead connection before using it
         await assert_json_error(first, 503, "unavailable")
     assert (await harness.chat(auth, "after")).status == 200
+
+
+async def test_a_role_has_one_player_until_it_steps_down_or_dies(postgres_url: str) -> None:
+    first, second, third = (PostgresStore(postgres_url) for _ in range(3))
+    for store in (first, second, third):
+        await store.open()
+    try:
+        leader = await first.try_lead("telegram-polling")
+        assert leader is not None and await leader.alive()
+        assert await second.try_lead("telegram-polling") is None
+        assert await second.try_lead("another-role") is not None  # roles are apart
+        await leader.release()
+        assert not await leader.alive()
+        taken = await second.try_lead("telegram-polling")
+        assert taken is not None
+        await second.close()  # its process "dies": the connection goes, the role is free
+        assert await third.try_lead("telegram-polling") is not None
+    finally:
+        for store in (first, second, third):
+            await store.close()

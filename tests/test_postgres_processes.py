@@ -12,6 +12,8 @@ import aiohttp
 import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
+from gateway.testing.telegram import FakeTelegramChats
 from tests.process import ServeProcess
 from tests.test_cli import acloudybot, last_line
 
@@ -92,3 +94,47 @@ async def test_a_killed_process_takes_its_thread_locks_with_it(
                                 headers=headers) as response:
             assert response.status == 200, await response.text()
             assert (await response.json())["reply"] == "echo: second"
+
+
+def polling_line(process: ServeProcess) -> bool:
+    return "this process long-polls the Bot API" in process.log.read_text()
+
+
+async def test_one_process_long_polls_telegram_and_another_takes_over(
+        tmp_path: Path, postgres_url: str, fake_llm: FakeLLM) -> None:
+    telegram = FakeTelegramChats(TELEGRAM_TOKEN)
+    await telegram.start()
+    env = {"CLOUDYBOT_DATABASE_URL": postgres_url, "CLOUDYBOT_SECRET_KEY": SECRET,
+           "CLOUDYBOT_LLM_BASE_URL": fake_llm.url, "CLOUDYBOT_LLM_API_KEY": "sk-test",
+           "CLOUDYBOT_TELEGRAM_TOKEN": TELEGRAM_TOKEN,
+           "CLOUDYBOT_TELEGRAM_API_BASE": telegram.base_url,
+           "CLOUDYBOT_LEADER_RETRY_SECONDS": "0.3"}
+    processes = [ServeProcess(tmp_path / f"poller-{index}", env) for index in range(2)]
+    try:
+        await asyncio.gather(*(process.start() for process in processes))
+        await telegram.updates.put(private_update(8001, "first"))
+        [first] = await telegram.wait_for_messages(1, timeout=20)
+        assert first.params["text"] == "echo: first"
+        while telegram.polls < 20:  # long enough for two pollers to have overlapped
+            await asyncio.sleep(0.05)
+        assert telegram.most_concurrent_polls == 1
+        leaders = [process for process in processes if polling_line(process)]
+        assert len(leaders) == 1
+        [other] = [process for process in processes if process is not leaders[0]]
+
+        await leaders[0].kill()
+        await telegram.updates.put(private_update(8002, "second"))
+        sent = await telegram.wait_for_messages(2, timeout=30)  # the takeover bound
+        assert [call.params["text"] for call in sent] == ["echo: first", "echo: second"]
+        assert polling_line(other)
+    finally:
+        for process in processes:
+            await process.ensure_stopped()
+        await telegram.close()
+
+
+def private_update(update_id: int, text: str) -> dict[str, object]:
+    return {"update_id": update_id, "message": {
+        "message_id": update_id, "date": 1767225600, "text": text,
+        "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+        "from": {"id": 42, "is_bot": False, "first_name": "Ada"}}}

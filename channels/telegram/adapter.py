@@ -65,6 +65,7 @@ from gateway import (
     Gateway,
     Image,
     InboundMessage,
+    Leadership,
     Unavailable,
     redact_in_logs,
 )
@@ -78,6 +79,7 @@ TEXT_ONLY = ("I can only read text for now — send me your question as a messag
 ALLOWED_UPDATES = ["message", "edited_message"]
 CONNECT_RETRY_SECONDS = (1, 2, 5, 10, 30, 60)
 POLL_TIMEOUT_SECONDS = 30  # Telegram's long poll: getUpdates waits this long for an update
+POLLING_ROLE = "telegram-polling"  # one process at a time plays it
 # The Bot API's limits, (messages, per seconds), kept before sending (tests lower them).
 OVERALL_RATE = (float(FloodLimit.MESSAGES_PER_SECOND), 1.0)
 GROUP_RATE = (float(FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP), 60.0)
@@ -267,11 +269,30 @@ class TelegramChannel(Channel):
         self._polling = asyncio.get_running_loop().create_task(self._poll(self.bot))
 
     async def _poll(self, bot: Bot) -> None:
-        """Long-poll getUpdates. The offset that tells Telegram to forget an update is sent
-        only after the update was committed to the inbox: a crash loses nothing."""
-        await bot.delete_webhook()  # getUpdates is refused while a webhook is set
+        """Long-poll getUpdates, as the one process that does (several processes may share a
+        database): another takes over when this one dies. The offset that tells Telegram to
+        forget an update is sent only after the update was committed to the inbox: a crash
+        loses nothing."""
+        while True:
+            try:
+                leadership = await self.gateway.lead(POLLING_ROLE)
+            except Unavailable:
+                return  # stopping
+            try:
+                log.info("telegram: this process long-polls the Bot API")
+                await bot.delete_webhook()  # getUpdates is refused while a webhook is set
+                if not await self._poll_while(bot, leadership):
+                    return
+            finally:
+                await leadership.release()
+            log.warning("telegram: lost the polling role (database connection); asking again")
+
+    async def _poll_while(self, bot: Bot, leadership: Leadership) -> bool:
+        """Poll while this process holds the role; False when the gateway stops."""
         offset: int | None = None
         for failures in itertools.count():
+            if not await leadership.alive():
+                return True
             try:
                 updates = await bot.get_updates(offset=offset, timeout=POLL_TIMEOUT_SECONDS,
                                                 allowed_updates=ALLOWED_UPDATES)
@@ -287,8 +308,9 @@ class TelegramChannel(Channel):
                 try:
                     await self._take(update, bot)
                 except Unavailable:
-                    return  # stopping: Telegram keeps the update for the next start
+                    return False  # stopping: Telegram keeps the update for the next start
                 offset = update.update_id + 1
+        return True  # not reached: the loop ends by returning
 
     async def stop(self) -> None:
         """Stop taking updates (polling stops; the webhook answers 503). Idempotent."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..locks import SharedLock
+from ..locks import Leadership, SharedLock
 from .records import (
     ChannelMessage,
     Charge,
@@ -228,6 +228,10 @@ class Store(Protocol):
     async def lock_thread(self, session_key: str) -> SharedLock | None:
         """Hold the thread's turn lock where other processes see it (None: this store has
         no other processes to tell, as SQLite)."""
+
+    async def try_lead(self, role: str) -> Leadership | None:
+        """Become the one process playing ``role`` (long polling a platform, say), if no
+        live process plays it now; None if one does. Leadership dies with its process."""
 
 
 __all__ = [

@@ -10,6 +10,7 @@ with :class:`~gateway.errors.Unavailable` (503); the pool opens fresh connection
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Connection: TypeAlias = Any  # an asyncpg.Connection (asyncpg ships no type hints)
 MIGRATION_LOCK = 0x636C6F7564796200  # "cloudyb\0": one advisory lock id for migrations
+# Roles lock in the two-key space (class, hash), apart from the one-key space of thread locks.
+ROLE_LOCKS = 0x636C6F75
+CLOSE_SECONDS = 10.0
 
 _USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
 _THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
@@ -172,6 +176,40 @@ class _AdvisoryLock:
             await self._pool.release(self._conn)
 
 
+class _Leadership:
+    """A role held as a session advisory lock on a connection of its own."""
+
+    def __init__(self, pool: asyncpg.Pool, conn: Connection, role: str) -> None:
+        self._pool = pool
+        self._conn = conn
+        self._role = role
+        self._released = False
+
+    async def alive(self) -> bool:
+        """One round trip on the lock's connection: still connected means still held."""
+        if self._released:
+            return False
+        try:
+            await self._conn.execute("SELECT 1")
+        except _GONE:
+            await self.release()
+            return False
+        return True
+
+    async def release(self) -> None:
+        """Step down and give the connection back (idempotent)."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            await self._conn.execute("SELECT pg_advisory_unlock($1, hashtext($2))", ROLE_LOCKS,
+                                     self._role)
+        except _GONE:
+            pass
+        finally:
+            await self._pool.release(self._conn)
+
+
 class PostgresStore:
     """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
 
@@ -208,11 +246,17 @@ class PostgresStore:
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
 
     async def close(self) -> None:
-        """Close the pools (idempotent)."""
-        for pool in (self._pool, self._locks):
-            if pool is not None:
-                await pool.close()
-        self._pool = self._locks = None
+        """Close the pools (idempotent). Connections holding turn locks or roles are cut
+        (their locks end with them); queries get ``CLOSE_SECONDS`` to finish."""
+        locks, pool, self._locks, self._pool = self._locks, self._pool, None, None
+        if locks is not None:
+            locks.terminate()
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), CLOSE_SECONDS)
+            except TimeoutError:
+                log.warning("PostgreSQL: queries still running after %g s; cut", CLOSE_SECONDS)
+                pool.terminate()
 
     def _live_pool(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -791,6 +835,25 @@ class PostgresStore:
                 raise Unavailable(f"the database connection was lost: {exc}") from None
             raise
         return _AdvisoryLock(self._locks, conn, session_key)
+
+    async def try_lead(self, role: str) -> _Leadership | None:
+        """The role's lock if no other live process holds it (``pg_try_advisory_lock``)."""
+        if self._locks is None:
+            raise RuntimeError("the store is not open")
+        try:
+            conn = await self._locks.acquire()
+            try:
+                won = await conn.fetchval("SELECT pg_try_advisory_lock($1, hashtext($2))",
+                                          ROLE_LOCKS, role)
+            except BaseException:
+                await self._locks.release(conn)
+                raise
+        except _GONE as exc:
+            raise Unavailable(f"the database connection was lost: {exc}") from None
+        if not won:
+            await self._locks.release(conn)
+            return None
+        return _Leadership(self._locks, conn, role)
 
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""

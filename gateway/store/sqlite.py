@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..files import private_dir, private_file
+from ..locks import Alone
 from ..times import iso_utc
 from .migrations import MIGRATIONS
 from .records import (
@@ -923,6 +924,10 @@ class SQLiteStore:
     async def lock_thread(self, session_key: str) -> None:
         """One process uses a SQLite database: its in-process turn lock is the whole lock."""
         return None
+
+    async def try_lead(self, role: str) -> Alone:
+        """One process uses a SQLite database: it plays every role."""
+        return Alone()
 
     async def ledger(self, user_id: str) -> list[Charge]:
         """The user's ledger rows, oldest first."""
