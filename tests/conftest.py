@@ -30,6 +30,17 @@ from tests.postgres import postgres_database, postgres_url
 ON_POSTGRES = os.environ.get("CLOUDYBOT_TEST_BACKEND") == "postgresql"
 __all__ = ["postgres_database", "postgres_url"]  # fixtures, for every test module
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On PostgreSQL, skip the tests that work on the SQLite file itself (saying why)."""
+    if not ON_POSTGRES:
+        return
+    skip = pytest.mark.skip(reason="works on the SQLite file itself; the suite runs on "
+                            "PostgreSQL (CLOUDYBOT_TEST_BACKEND=postgresql)")
+    for item in items:
+        if item.get_closest_marker("sqlite_only") is not None:
+            item.add_marker(skip)
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy")
 

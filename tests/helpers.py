@@ -17,7 +17,8 @@ from aiohttp import ClientResponse
 
 from gateway.billing import period_of
 from gateway.config import OPTIONS, Settings
-from gateway.store.sqlite import SQLiteStore
+from gateway.store import Store
+from gateway.store.backends import store_for
 
 
 class Clock:
@@ -74,9 +75,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -
 
 
 @asynccontextmanager
-async def reopened_store(settings: Settings) -> AsyncIterator[SQLiteStore]:
+async def reopened_store(settings: Settings) -> AsyncIterator[Store]:
     """The database of a stopped gateway, opened afresh (what the next start will see)."""
-    store = SQLiteStore(settings.database_path)
+    store = store_for(settings)
     await store.open()
     try:
         yield store

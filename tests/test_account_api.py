@@ -313,6 +313,7 @@ async def test_password_never_reaches_the_summarizer(harness: Harness,
         assert PASSWORD not in json.dumps(request.body)
 
 
+@pytest.mark.sqlite_only
 async def test_password_bytes_never_occur_in_any_file_under_the_data_dir(
         harness: Harness, fake_llm: FakeLLM) -> None:
     await converse_with_password(harness, fake_llm)

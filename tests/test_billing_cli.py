@@ -19,6 +19,8 @@ from tests.test_billing import assert_ledger_matches_balances, credits_body
 from tests.test_retention import full_thread, last_active, session_files
 
 StartGateway = Callable[..., Awaitable[Harness]]
+pytestmark = pytest.mark.sqlite_only  # it uses the CLI or the SQLite file
+
 CLI_TIMEOUT_SECONDS = 60
 
 

@@ -52,6 +52,7 @@ async def credits_with(harness: Harness, token: str) -> aiohttp.ClientResponse:
 
 
 # --- users ---------------------------------------------------------------------------------------
+@pytest.mark.sqlite_only
 async def test_users_add_prints_a_token_that_authenticates(
         data_dir: Path, start_gateway: StartGateway) -> None:
     result = await acloudybot(data_dir, "users", "add", "alice")
@@ -68,6 +69,7 @@ async def test_users_add_prints_a_token_that_authenticates(
     assert body["credits"] == harness.gateway.settings.plans["free"].credits
 
 
+@pytest.mark.sqlite_only
 async def test_users_add_with_zero_credits_then_chat_is_402(
         data_dir: Path, start_gateway: StartGateway) -> None:
     result = await acloudybot(data_dir, "users", "add", "alice", "--credits", "0")
@@ -81,6 +83,7 @@ async def test_users_add_with_zero_credits_then_chat_is_402(
     assert (await response.json())["error"]["code"] == "out_of_credits"
 
 
+@pytest.mark.sqlite_only
 async def test_users_add_with_plan_uses_that_plan(
         data_dir: Path, start_gateway: StartGateway) -> None:
     result = await acloudybot(data_dir, "users", "add", "bob", "--plan", "pro")
@@ -120,6 +123,7 @@ def test_users_command_errors_exit_1_with_one_line(data_dir: Path, args: tuple[s
     assert_one_line_error(cloudybot(data_dir, *args), 1)
 
 
+@pytest.mark.sqlite_only
 async def test_users_grant_raises_the_balance(
         data_dir: Path, start_gateway: StartGateway) -> None:
     added = await acloudybot(data_dir, "users", "add", "alice", "--credits", "10")
@@ -134,6 +138,7 @@ async def test_users_grant_raises_the_balance(
     assert body["credits"] == 60
 
 
+@pytest.mark.sqlite_only
 async def test_users_token_replaces_the_old_token(
         data_dir: Path, start_gateway: StartGateway) -> None:
     added = await acloudybot(data_dir, "users", "add", "alice")
@@ -244,6 +249,7 @@ async def test_serve_answers_healthz(data_dir: Path, port_from: str) -> None:
 
 
 # --- config through the CLI ----------------------------------------------------------------------
+@pytest.mark.sqlite_only
 async def test_users_add_reads_plans_from_config_file(
         data_dir: Path, start_gateway: StartGateway) -> None:
     config = data_dir.parent / "plans.toml"

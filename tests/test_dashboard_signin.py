@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from gateway.accounts import LOGIN_LINK_SECONDS
 from tests.conftest import Harness
 from tests.helpers import Clock, assert_json_error
@@ -112,6 +114,7 @@ async def test_a_session_of_one_user_never_reads_another_users_thread(
     await assert_json_error(response, 404, "thread_not_found")
 
 
+@pytest.mark.sqlite_only
 async def test_a_login_link_from_the_cli_signs_in_once(
         data_dir: Path, start_clocked: StartGateway, clock: Clock) -> None:
     harness = await start_clocked()

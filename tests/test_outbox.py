@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 from gateway.interfaces import DeliveryFailed, DeliveryRetry
 from gateway.outbox import MAX_BACKOFF_SECONDS
 from gateway.testing.fake_llm import FakeLLM
@@ -105,6 +107,7 @@ async def test_a_channel_that_is_gone_keeps_its_replies_pending(
     assert pending.state == "pending"  # kept until the channel is back
 
 
+@pytest.mark.sqlite_only
 async def test_pending_and_failed_deliveries_show_in_the_thread_api_and_the_cli(
         loop: LoopChannel, start_gateway: StartGateway, data_dir: Path) -> None:
     harness = await start_gateway()

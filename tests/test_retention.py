@@ -11,6 +11,8 @@ from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from gateway import hookimpl
 from gateway.config import Settings
 from gateway.plugins import PluginManager
@@ -25,6 +27,8 @@ StartGateway = Callable[..., Awaitable[Harness]]
 
 AuthHeaders = dict[str, str]
 StartClocked = Callable[..., Awaitable[Harness]]
+pytestmark = pytest.mark.sqlite_only  # it uses the CLI or the SQLite file
+
 DAY = 24 * 3600.0
 WAIT_SECONDS = 10.0
 

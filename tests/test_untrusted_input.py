@@ -272,6 +272,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.sqlite_only
 async def test_data_dir_and_everything_in_it_are_private(harness: Harness) -> None:
     settings = harness.gateway.settings
     auth = await harness.user()
@@ -294,6 +295,7 @@ async def test_data_dir_and_everything_in_it_are_private(harness: Harness) -> No
         assert mode(directory) == 0o700, directory
 
 
+@pytest.mark.sqlite_only
 async def test_loose_modes_left_by_an_older_version_are_tightened_at_start(
         start_gateway: StartGateway, data_dir: Path) -> None:
     sessions = data_dir / "sessions"

@@ -88,6 +88,7 @@ async def test_paging_with_limit_and_before_walks_every_row_once(
     assert beyond == {**beyond, "entries": [], "nextBefore": None}
 
 
+@pytest.mark.sqlite_only
 async def test_totals_are_per_kind_over_the_current_period_only(
         harness: Harness, fake_llm: FakeLLM) -> None:
     gateway = harness.gateway
