@@ -15,6 +15,7 @@ from gateway.inbound import PROVIDER_APOLOGY
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.telegram import SECRET, FakeTelegram, loads_param
 from tests.conftest import Harness
+from tests.helpers import until
 
 PAYLOADS = Path(__file__).parent / "payloads"
 ADA = 777000111
@@ -271,7 +272,8 @@ async def test_polling_mode_answers_updates_and_stops_cleanly(
         fake_llm: FakeLLM) -> None:
     tg = await start_telegram(telegram_webhook_secret="")
     assert (await tg.client.post("/telegram/webhook", json={})).status == 404  # no webhook
-    assert fake_telegram.calls_to("deleteWebhook")  # PTB clears any webhook before polling
+    # PTB clears any webhook before polling (once this process holds the polling role)
+    await until(lambda: bool(fake_telegram.calls_to("deleteWebhook")))
     await fake_telegram.updates.put(payload("tg_private_text.json"))
     [sent] = await fake_telegram.wait_for_messages(1)
     assert sent.params["text"] == "echo: Hi! What's on my list today?"
