@@ -20,6 +20,7 @@ import asyncpg
 
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
 from ..times import iso_utc
+from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from .postgres_migrations import MIGRATIONS
 from .records import (
     Charge,
@@ -49,11 +50,6 @@ MIGRATION_LOCK = 0x636C6F7564796200  # "cloudyb\0": one advisory lock id for mig
 ROLE_LOCKS = 0x636C6F75
 CLOSE_SECONDS = 10.0
 
-_USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
-_THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
-                   "summary_version, created_at, updated_at")
-_DELIVERY_COLUMNS = ("id, channel, message_id, conversation, address, text, max_chars, state,"
-                     " chunks_sent, attempts, next_attempt, created, last_error")
 # asyncpg raises these when the server or the connection goes away mid-operation (a server
 # shutting down or an administrator ending the session is an "operator intervention"; a
 # connection cut mid-protocol can leave the client in a state it reports as internal).
@@ -74,7 +70,7 @@ def _thread(row: asyncpg.Record, offset: int = 0) -> Thread:
 
 
 async def _get_user(conn: Connection, user_id: str) -> User:
-    row = await conn.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = $1", user_id)
+    row = await conn.fetchrow(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = $1", user_id)
     if row is None:
         raise NotFound(f"no user {user_id!r}", code="user_not_found")
     return _user(row)
@@ -308,7 +304,7 @@ class PostgresStore:
     async def get_user(self, user_id: str) -> User | None:
         """The account, or None."""
         async def run(conn: Connection) -> User | None:
-            row = await conn.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = $1",
+            row = await conn.fetchrow(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = $1",
                                       user_id)
             return _user(row) if row else None
         return await self._read(run)
@@ -445,7 +441,7 @@ class PostgresStore:
         """The thread with this session key, or None."""
         async def run(conn: Connection) -> Thread | None:
             row = await conn.fetchrow(
-                f"SELECT {_THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
+                f"SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
             return _thread(row) if row else None
         return await self._read(run)
 
@@ -457,7 +453,7 @@ class PostgresStore:
         async def run(conn: Connection) -> tuple[list[Thread], tuple[str, int] | None]:
             stamp, pk = before if before is not None else ("\uffff", 2**62)
             rows = await conn.fetch(
-                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE user_id = $1"
+                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE user_id = $1"
                 " AND (updated_at, id) < ($2, $3) ORDER BY updated_at DESC, id DESC LIMIT $4",
                 user_id, stamp, pk, limit + 1)
             page = rows[:limit]
@@ -541,7 +537,7 @@ class PostgresStore:
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
         async def run(conn: Connection) -> tuple[Thread | None, list[StoredMessage]]:
             row = await conn.fetchrow(
-                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
+                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
             if row is None:
                 return None, []
             rows = await conn.fetch("SELECT id, role, content, tokens FROM messages"
@@ -556,7 +552,7 @@ class PostgresStore:
         async def run(conn: Connection) -> TurnState:
             user = await _get_user(conn, user_id)
             row = await conn.fetchrow(
-                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = $1",
+                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = $1",
                 ref.session_key)
             pk, thread = (row[0], _thread(row, 1)) if row else (None, None)
             if thread is not None and thread.ref.user_id != ref.user_id:
@@ -662,7 +658,7 @@ class PostgresStore:
     async def pending_deliveries(self) -> list[Delivery]:
         """Every reply still waiting for its platform, oldest first."""
         async def run(conn: Connection) -> list[Delivery]:
-            rows = await conn.fetch(f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+            rows = await conn.fetch(f"SELECT {DELIVERY_COLUMNS} FROM outbox"
                                     " WHERE state = 'pending' ORDER BY id")
             return [Delivery(*row) for row in rows]
         return await self._read(run)
@@ -672,7 +668,7 @@ class PostgresStore:
         """Pending and failed replies, newest first; only one conversation's when given."""
         async def run(conn: Connection) -> list[Delivery]:
             rows = await conn.fetch(
-                f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+                f"SELECT {DELIVERY_COLUMNS} FROM outbox"
                 " WHERE ($1::text IS NULL OR conversation = $1) ORDER BY id DESC LIMIT $2",
                 conversation, limit)
             return [Delivery(*row) for row in rows]

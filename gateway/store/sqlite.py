@@ -22,6 +22,7 @@ from ..errors import BadRequest, Conflict, NotFound
 from ..files import private_dir, private_file
 from ..locks import Alone
 from ..times import iso_utc
+from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
@@ -47,9 +48,6 @@ from .worker import WorkerThread
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_USER_COLUMNS = "user_id, plan, credits, browser_minutes, created_at, period"
-_THREAD_COLUMNS = ("user_id, thread_id, session_key, channel, summary, summary_tokens, "
-                   "summary_version, created_at, updated_at")
 
 
 def _user(row: sqlite3.Row | tuple[Any, ...]) -> User:
@@ -111,7 +109,7 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
 
 
 def _get_user(conn: sqlite3.Connection, user_id: str) -> User:
-    row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
+    row = conn.execute(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = ?",
                        (user_id,)).fetchone()
     if row is None:
         raise NotFound(f"no user {user_id!r}", code="user_not_found")
@@ -133,8 +131,6 @@ CHECKPOINT_ROWS = 500
 # Both writing connections (the worker's and the event loop's) are set up alike.
 _WRITER_PRAGMAS = ("PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON",
                    "PRAGMA cache_size = -16000")  # 16 MB of pages kept hot
-_DELIVERY_COLUMNS = ("id, channel, message_id, conversation, address, text, max_chars, state,"
-                     " chunks_sent, attempts, next_attempt, created, last_error")
 
 
 def _answer_inbox(conn: sqlite3.Connection, channel: str, message_id: str, reply: str,
@@ -402,7 +398,7 @@ class SQLiteStore:
     async def get_user(self, user_id: str) -> User | None:
         """The account, or None."""
         def run(conn: sqlite3.Connection) -> User | None:
-            row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
+            row = conn.execute(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = ?",
                                (user_id,)).fetchone()
             return _user(row) if row else None
         return await self._read(run)
@@ -532,7 +528,7 @@ class SQLiteStore:
     async def get_thread(self, session_key: str) -> Thread | None:
         """The thread with this session key, or None."""
         def run(conn: sqlite3.Connection) -> Thread | None:
-            row = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+            row = conn.execute(f"SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = ?",
                                (session_key,)).fetchone()
             return _thread(row) if row else None
         return await self._read(run)
@@ -546,7 +542,7 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> tuple[list[Thread], tuple[str, int] | None]:
             stamp, pk = before if before is not None else ("\uffff", 2**62)
             rows = conn.execute(
-                f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE user_id = ?"
+                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE user_id = ?"
                 " AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (user_id, stamp, pk, limit + 1)).fetchall()
             page = rows[:limit]
@@ -639,7 +635,7 @@ class SQLiteStore:
     @staticmethod
     def _rolling(conn: sqlite3.Connection,
                  session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
-        row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+        row = conn.execute(f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = ?",
                            (session_key,)).fetchone()
         if row is None:
             return None, []
@@ -652,11 +648,11 @@ class SQLiteStore:
                         specialist: str | None) -> TurnState:
         """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> TurnState:
-            user_row = conn.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?",
+            user_row = conn.execute(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = ?",
                                     (user_id,)).fetchone()
             if user_row is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
-            row = conn.execute(f"SELECT id, {_THREAD_COLUMNS} FROM threads WHERE session_key = ?",
+            row = conn.execute(f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = ?",
                                (ref.session_key,)).fetchone()
             pk, thread = (row[0], _thread(row[1:])) if row else (None, None)
             if thread is not None and thread.ref.user_id != ref.user_id:
@@ -770,7 +766,7 @@ class SQLiteStore:
     async def pending_deliveries(self) -> list[Delivery]:
         """Every reply still waiting for its platform, oldest first."""
         def run(conn: sqlite3.Connection) -> list[Delivery]:
-            rows = conn.execute(f"SELECT {_DELIVERY_COLUMNS} FROM outbox"
+            rows = conn.execute(f"SELECT {DELIVERY_COLUMNS} FROM outbox"
                                 " WHERE state = 'pending' ORDER BY id").fetchall()
             return [Delivery(*row) for row in rows]
         return await self._read(run)
@@ -781,7 +777,7 @@ class SQLiteStore:
         conversation's when given."""
         def run(conn: sqlite3.Connection) -> list[Delivery]:
             rows = conn.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM outbox WHERE (? IS NULL OR conversation = ?)"
+                f"SELECT {DELIVERY_COLUMNS} FROM outbox WHERE (? IS NULL OR conversation = ?)"
                 " ORDER BY id DESC LIMIT ?", (conversation, conversation, limit)).fetchall()
             return [Delivery(*row) for row in rows]
         return await self._read(run)
