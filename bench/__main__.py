@@ -54,6 +54,7 @@ from bench import (
     cpu,
     dashboard,
     growth,
+    postgres,
     sessions,
     streaming,
     threadlist,
@@ -78,6 +79,9 @@ TARGETS = {
     "cold_start_s": ("<", 1.5),
     "channel_inbox_throughput_ratio": (">=", 0.85),
     # issue 11: streaming over HTTP and the dashboard's thread view
+    # issue 14: the gateway's own CPU per turn (PostgreSQL's server processes not counted)
+    "postgresql_vs_sqlite_1": ("<=", 1.5),
+    "postgresql_vs_sqlite_8": ("<=", 1.5),
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
     "thread_view_10000_ms": ("<=", 100.0),
@@ -206,6 +210,8 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  / the reference commit, x8", "cpu_vs_reference_8", "{:.2f}"),
         ("  over the I/O-only floor, x1 (no target)", "cpu_over_baseline_1", "{:.2f}x"),
         ("  over the I/O-only floor, x8 (no target)", "cpu_over_baseline_8", "{:.2f}x"),
+        ("on PostgreSQL / on SQLite, x1", "postgresql_vs_sqlite_1", "{:.2f}"),
+        ("on PostgreSQL / on SQLite, x8", "postgresql_vs_sqlite_8", "{:.2f}"),
     ], results)
 
     sizes = figures.get("conversations_sizes", [])
@@ -291,7 +297,8 @@ def print_table(figures: dict[str, Any]) -> None:
         print("QUICK RUN: indicative figures only.")
 
 
-async def run(quick: bool, against: str | None) -> dict[str, Any]:
+async def run(quick: bool, against: str | None,
+              postgres_server: str | None = None) -> dict[str, Any]:
     """Every section, in one run; each section's duration is reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
                                "cores": os.cpu_count(), "python": platform.python_version(),
@@ -312,7 +319,11 @@ async def run(quick: bool, against: str | None) -> dict[str, Any]:
         async def run_sync(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             return work()
 
-        await section("headline", lambda: cpu.run(quick, tmp, against))
+        if postgres_server is None:
+            await section("headline", lambda: cpu.run(quick, tmp, against))
+        else:
+            async with postgres.fresh_database(postgres_server) as url:
+                await section("headline", lambda: cpu.run(quick, tmp, against, url))
         await section("conversations", lambda: conversations.run(quick, tmp))
         await section("threadlist", lambda: threadlist.run(quick, tmp))
         await section("growth", lambda: growth.run(quick, tmp))
@@ -339,8 +350,15 @@ def main() -> int:
     parser.add_argument("--against", metavar="REV", default=REFERENCE,
                         help="the commit whose serve runs beside today's in the headline "
                              f"(default {REFERENCE}, the goals' reference; 'none': no reference)")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="postgresql: the headline also runs serve on a fresh PostgreSQL "
+                             "database, beside serve on SQLite")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "CLOUDYBOT_TEST_DATABASE_URL", postgres.DEFAULT_SERVER),
+        help="the PostgreSQL server for --backend postgresql (a database is made and dropped)")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against))
+    figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against,
+                              args.database_url if args.backend == "postgresql" else None))
     print_table(figures)
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "targets": verdicts(figures)},

@@ -52,7 +52,8 @@ CONCURRENCIES = (1, 8)
 LABELS = {"gateway": "cloudybot serve, HTTP fake LLM",
           "reference": "the same at the reference commit",
           "inprocess": "serve, in-process LLM (no provider HTTP)",
-          "baseline": "baseline app (I/O only, a floor)"}
+          "baseline": "baseline app (I/O only, a floor)",
+          "postgresql": "serve on PostgreSQL, HTTP fake LLM"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -159,9 +160,11 @@ def summarize(runs: list[LoadResult]) -> dict[str, float]:
             "errors": float(sum(run.errors for run in runs)), "rounds": float(len(runs))}
 
 
-async def run(quick: bool, tmp: Path, against: str | None) -> dict[str, Any]:
+async def run(quick: bool, tmp: Path, against: str | None,
+              database_url: str | None = None) -> dict[str, Any]:
     """The headline section: each server's rows, the targets' figures and the peak RSS of
-    ``cloudybot serve`` during it; ``against``: the reference commit (None: none)."""
+    ``cloudybot serve`` during it; ``against``: the reference commit (None: none);
+    ``database_url``: an empty PostgreSQL database, whose ``serve`` runs beside the others."""
     window = window_for(quick)
     rounds = 1 if quick else 5
     llm, llm_url = start_fake_llm()
@@ -175,6 +178,11 @@ async def run(quick: bool, tmp: Path, against: str | None) -> dict[str, Any]:
             env = gateway_env(tmp / "headline-reference", "openai", llm_url)
             token = add_user(env, cwd=source)
             servers["reference"] = (start_serve(env, cwd=source), token)
+        if database_url is not None:
+            env = {**gateway_env(tmp / "headline-postgresql", "openai", llm_url),
+                   "CLOUDYBOT_DATABASE_URL": database_url}
+            token = add_user(env)
+            servers["postgresql"] = (start_serve(env), token)
         env = gateway_env(tmp / "headline-inprocess", "inprocess")
         token = add_user(env)
         servers["inprocess"] = (start_gateway(env, tmp / "headline-inprocess", "--serve"),
@@ -210,6 +218,9 @@ async def run(quick: bool, tmp: Path, against: str | None) -> dict[str, Any]:
         if source is not None:
             figures[f"cpu_vs_reference_{concurrency}"] = (
                 gateway / figures[f"reference_{concurrency}"]["cpu_us"])
+        if database_url is not None:
+            figures[f"postgresql_vs_sqlite_{concurrency}"] = (
+                figures[f"postgresql_{concurrency}"]["cpu_us"] / gateway)
     figures["reference"] = against if source is not None else None
     figures["p50_ms_1_thread_inprocess"] = figures["inprocess_1"]["p50_ms"]
     figures["peak_rss_mb"] = peak_rss_mb

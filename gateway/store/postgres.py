@@ -18,6 +18,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 
+from .. import jsonio
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
 from ..times import iso_utc
 from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
@@ -151,6 +152,78 @@ async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: 
     return True
 
 
+# What a turn reads, as one statement: the account, the thread, its rolling messages and
+# pinned keys, the specialist's instructions and the saved logins.
+_LOAD_TURN = f"""
+SELECT
+  (SELECT row_to_json(u) FROM (SELECT {USER_COLUMNS} FROM users WHERE user_id = $1) u)
+    AS account,
+  (SELECT row_to_json(t) FROM (SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = $2) t)
+    AS thread,
+  (SELECT coalesce(json_agg(json_build_array(m.id, m.role, m.content, m.tokens) ORDER BY m.id),
+                   '[]')
+     FROM messages m JOIN threads t ON t.id = m.thread WHERE t.session_key = $2) AS messages,
+  (SELECT coalesce(json_object_agg(p.key, p.value), '{{}}')
+     FROM pinned p JOIN threads t ON t.id = p.thread WHERE t.session_key = $2) AS pinned,
+  (SELECT instructions FROM specialists WHERE user_id = $1 AND name = $3::text)
+    AS instructions,
+  ARRAY(SELECT site FROM browser_credentials WHERE user_id = $1 ORDER BY site) AS sites,
+  ARRAY(SELECT secret FROM browser_credentials WHERE user_id = $1 ORDER BY site) AS secrets
+"""
+
+
+# A turn's commit, as one statement. Every write depends on ``ok``: the thread is the
+# owner's (the upsert returns no row for someone else's) and, when the turn answers a channel
+# message, that message was still pending (its inbox row moved to done here).
+_COMMIT_TURN = """
+WITH thread AS (
+  INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)
+  VALUES ($1, $2, $3, $4, $5, $5)
+  ON CONFLICT (session_key) DO UPDATE SET updated_at = excluded.updated_at
+    WHERE threads.user_id = excluded.user_id
+  RETURNING id),
+answered AS (
+  UPDATE inbox SET state = 'done', payload = NULL
+  WHERE $9::text IS NOT NULL AND channel = $9 AND message_id = $10 AND state = 'pending'
+    AND EXISTS (SELECT 1 FROM thread)
+  RETURNING conversation, address, max_chars),
+ok AS (
+  SELECT thread.id FROM thread
+  WHERE $9::text IS NULL OR EXISTS (SELECT 1 FROM answered)),
+new AS (
+  SELECT * FROM unnest($6::text[], $7::text[], $8::bigint[]) WITH ORDINALITY
+    AS n(role, content, tokens, ord)),
+shown AS (
+  INSERT INTO display_messages (thread, role, content, created_at)
+  SELECT ok.id, new.role, new.content, $5 FROM ok, new ORDER BY new.ord),
+kept AS (
+  INSERT INTO messages (thread, role, content, tokens)
+  SELECT ok.id, new.role, new.content, new.tokens FROM ok, new ORDER BY new.ord
+  RETURNING id),
+queued AS (
+  INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,
+                      next_attempt, created, updated_at)
+  SELECT $9, $10, conversation, address, $11, max_chars, 'pending', $12, $12, $5
+  FROM answered, ok),
+charges AS (
+  SELECT * FROM unnest($13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[],
+                       $18::bigint[])
+    AS c(kind, model, prompt_tokens, completion_tokens, credits, minutes)),
+ledgered AS (
+  INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
+                      credits, minutes, created_at)
+  SELECT $19, $1, c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.credits,
+         c.minutes, $5 FROM charges c, ok),
+billed AS (
+  UPDATE users SET credits = credits - (SELECT coalesce(sum(credits), 0) FROM charges),
+                   browser_minutes = browser_minutes
+                                     - (SELECT coalesce(sum(minutes), 0) FROM charges)
+  WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok))
+SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS written,
+       ARRAY(SELECT id FROM kept ORDER BY id) AS ids
+"""
+
+
 class _AdvisoryLock:
     """A thread's turn lock held in PostgreSQL (a session advisory lock on a connection of its
     own): another process's turn on the thread waits for it, and it dies with the connection
@@ -263,6 +336,14 @@ class PostgresStore:
         """Run ``work`` in one transaction; a lost connection is a 503."""
         try:
             async with self._live_pool().acquire() as conn, conn.transaction():
+                return await work(conn)
+        except _GONE as exc:
+            raise Unavailable(f"the database connection was lost: {exc}") from None
+
+    async def _query(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``work``, one statement (a snapshot of its own), on a pooled connection."""
+        try:
+            async with self._live_pool().acquire() as conn:
                 return await work(conn)
         except _GONE as exc:
             raise Unavailable(f"the database connection was lost: {exc}") from None
@@ -548,47 +629,55 @@ class PostgresStore:
     # --- turns ------------------------------------------------------------------
     async def load_turn(self, ref: ThreadRef, user_id: str,
                         specialist: str | None) -> TurnState:
-        """Everything a turn reads, from one snapshot; raise ``NotFound`` if no account."""
+        """Everything a turn reads, in one statement (one round trip, one snapshot); raise
+        ``NotFound`` if no account, or if the thread is someone else's."""
         async def run(conn: Connection) -> TurnState:
-            user = await _get_user(conn, user_id)
-            row = await conn.fetchrow(
-                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = $1",
-                ref.session_key)
-            pk, thread = (row[0], _thread(row, 1)) if row else (None, None)
-            if thread is not None and thread.ref.user_id != ref.user_id:
-                raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
-            messages = [] if pk is None else [StoredMessage(*r) for r in await conn.fetch(
-                "SELECT id, role, content, tokens FROM messages WHERE thread = $1 ORDER BY id",
-                pk)]
-            instructions = None
-            if specialist is not None:
-                instructions = await conn.fetchval(
-                    "SELECT instructions FROM specialists WHERE user_id = $1 AND name = $2",
-                    user_id, specialist)
-            credentials = await self._credentials(conn, user_id)
-            return TurnState(user, thread, await _pinned(conn, pk), messages, instructions,
-                             credentials)
-        return await self._read(run)
+            row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
+            if row["account"] is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            account = jsonio.loads(row["account"])
+            user = User(*(account[name] for name in USER_COLUMNS.split(", ")))
+            thread = None
+            if row["thread"] is not None:
+                found = jsonio.loads(row["thread"])
+                thread = Thread(ThreadRef(found["user_id"], found["thread_id"],
+                                          found["session_key"], found["channel"]),
+                                found["summary"], found["summary_tokens"],
+                                found["summary_version"], found["created_at"],
+                                found["updated_at"])
+                if thread.ref.user_id != ref.user_id:
+                    raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+            messages = [StoredMessage(*m) for m in jsonio.loads(row["messages"])]
+            pinned = dict(sorted(jsonio.loads(row["pinned"]).items()))
+            credentials = [SecretRecord(site, bytes(secret))
+                           for site, secret in zip(row["sites"], row["secrets"], strict=True)]
+            return TurnState(user, thread, pinned, messages, row["instructions"], credentials)
+        return await self._query(run)
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
-        """Write a turn (messages, display, ledger, balance); return the new message ids."""
+        """Write a turn (messages, display, ledger, balance, and the channel message answered
+        into the outbox) in one statement: one round trip, atomic. Nothing is written when the
+        thread is someone else's (NotFound) or the channel message was answered already
+        (Conflict)."""
         async def run(conn: Connection) -> TurnWritten:
-            now = self._now()
-            pk = await _touch_thread(conn, commit.ref, now)
-            ids = [await conn.fetchval(
-                "WITH shown AS (INSERT INTO display_messages (thread, role, content, created_at)"
-                " VALUES ($1, $2, $3, $5))"
-                " INSERT INTO messages (thread, role, content, tokens)"
-                " VALUES ($1, $2, $3, $4) RETURNING id",
-                pk, m.role, m.content, m.tokens, now) for m in commit.messages]
-            if commit.inbound is not None and not await _answer_inbox(
-                    conn, *commit.inbound, commit.reply, self.clock(), now):
-                raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
-                               "answered", code="duplicate_message")
-            for charge in commit.charges:
-                await _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
-            return TurnWritten([int(i) for i in ids])
-        return await self._transaction(run)
+            ref, inbound = commit.ref, commit.inbound
+            messages, charges = commit.messages, commit.charges
+            row = await conn.fetchrow(
+                _COMMIT_TURN, ref.session_key, ref.user_id, ref.thread_id, ref.channel,
+                self._now(), [m.role for m in messages], [m.content for m in messages],
+                [m.tokens for m in messages], inbound[0] if inbound else None,
+                inbound[1] if inbound else None, commit.reply, self.clock(),
+                [c.kind for c in charges], [c.model for c in charges],
+                [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
+                [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user)
+            if not row["touched"]:
+                raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
+            if not row["written"]:
+                assert inbound is not None
+                raise Conflict(f"{inbound[0]} message {inbound[1]} was already answered",
+                               code="duplicate_message")
+            return TurnWritten([int(i) for i in row["ids"]])
+        return await self._query(run)
 
     async def record_charges(self, user_id: str, thread_key: str,
                              charges: list[Charge]) -> None:
