@@ -224,6 +224,16 @@ SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS wr
 """
 
 
+class _QueryConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A query pool's connection: handed back as it is. Store calls leave no session state
+    (no LISTEN, no SET, no cursor, no advisory lock: those live on the lock pool), so the
+    reset asyncpg sends by default on every release would be a round trip for nothing."""
+
+    def get_reset_query(self) -> str:
+        """Nothing to reset."""
+        return ""
+
+
 class _AdvisoryLock:
     """A thread's turn lock held in PostgreSQL (a session advisory lock on a connection of its
     own): another process's turn on the thread waits for it, and it dies with the connection
@@ -235,14 +245,9 @@ class _AdvisoryLock:
         self._key = session_key
 
     async def release(self) -> None:
-        """Unlock and give the connection back (a lost connection lost its locks too)."""
-        try:
-            await self._conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-                                     self._key)
-        except _GONE:
-            pass
-        finally:
-            await self._pool.release(self._conn)
+        """Give the connection back: the pool's reset on release (``pg_advisory_unlock_all``)
+        is the unlock, in the same round trip; a lost connection lost its locks too."""
+        await self._pool.release(self._conn)
 
 
 class _Leadership:
@@ -298,7 +303,8 @@ class PostgresStore:
         """Connect the pool and apply pending migrations (one process at a time)."""
         try:
             self._pool = await asyncpg.create_pool(self.url, min_size=1,
-                                                   max_size=self.pool_size)
+                                                   max_size=self.pool_size,
+                                                   connection_class=_QueryConnection)
             # Held for a turn's whole length, so never the connections its queries need.
             self._locks = await asyncpg.create_pool(self.url, min_size=0,
                                                     max_size=self.pool_size)
@@ -349,13 +355,10 @@ class PostgresStore:
             raise Unavailable(f"the database connection was lost: {exc}") from None
 
     async def _read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``work`` on one connection (a read: one snapshot per statement group)."""
-        try:
-            async with self._live_pool().acquire() as conn, conn.transaction(
-                    isolation="repeatable_read", readonly=True):
-                return await work(conn)
-        except _GONE as exc:
-            raise Unavailable(f"the database connection was lost: {exc}") from None
+        """Run the reads of ``work`` on one connection, without a transaction of their own
+        (BEGIN and COMMIT would be two more round trips): each statement sees committed
+        data; those that must agree are one statement (as the turn's read is)."""
+        return await self._query(work)
 
     # --- accounts ---------------------------------------------------------------
     async def create_user(self, user_id: str, plan: str, credits: int,
