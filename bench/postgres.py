@@ -3,31 +3,20 @@ dropped at the end, on the server ``--database-url`` names."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
+from gateway.testing.postgres import DEFAULT_SERVER, admin, new_database_name, with_database
 
-DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-async def _admin(server: str, statement: str) -> None:
-    conn = await asyncpg.connect(server, timeout=10)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
+__all__ = ["DEFAULT_SERVER", "fresh_database"]
 
 
 @asynccontextmanager
 async def fresh_database(server: str) -> AsyncIterator[str]:
     """A new, empty database on ``server``; its URL. Dropped afterwards."""
-    name = f"cloudybot_bench_{secrets.token_hex(4)}"
-    await _admin(server, f'CREATE DATABASE "{name}"')
-    parts = urlsplit(server)
+    name = new_database_name("cloudybot_bench")
+    await admin(server, f'CREATE DATABASE "{name}"')
     try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+        yield with_database(server, name)
     finally:
-        await _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -197,19 +197,15 @@ class SessionStore:
     # --- rotation -----------------------------------------------------------------------------
     def rotation_due(self, key: str) -> str | None:
         """Why the session must rotate now (``idle`` or ``size``), or None. One ``stat``."""
-        return self._due(key)[0]
-
-    def peek(self, key: str) -> tuple[str | None, bool]:
-        """(why the session would rotate now, or None; whether its file exists), changing
-        nothing. One ``stat``."""
-        return self._due(key)
+        return self.peek(key)[0]
 
     def rotate_if_needed(self, key: str) -> Rotation | None:
         """Archive the session if it is idle or too large; return what happened."""
         return self.check(key)[0]
 
-    def _due(self, key: str) -> tuple[str | None, bool]:
-        """(why it must rotate, whether a file exists), from one ``stat``."""
+    def peek(self, key: str) -> tuple[str | None, bool]:
+        """(why the session would rotate now, or None; whether its file exists), changing
+        nothing. One ``stat``."""
         try:
             stat = self.path_for(key).stat()
         except (FileNotFoundError, NotADirectoryError):
@@ -222,7 +218,7 @@ class SessionStore:
 
     def check(self, key: str) -> tuple[Rotation | None, bool]:
         """Rotate if due; return the rotation (or None) and whether an active file remains."""
-        reason, exists = self._due(key)
+        reason, exists = self.peek(key)
         if reason is None:
             return None, exists
         return self.archive(key, reason), False

@@ -13,38 +13,23 @@ import os
 import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
-
-
-async def _admin(url: str, statement: str) -> None:
-    import asyncpg
-    conn = await asyncpg.connect(url, timeout=5)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
+from gateway.testing.postgres import DEFAULT_SERVER, admin, new_database_name, with_database
 
 
 def _admin_now(url: str, statement: str) -> None:
-    """:func:`_admin` from synchronous code, even where an event loop is running."""
+    """:func:`~gateway.testing.postgres.admin` from sync code, even inside a running loop."""
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, _admin(url, statement)).result()
+        pool.submit(asyncio.run, admin(url, statement)).result()
 
 
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """A database made for this test run on the machine's PostgreSQL; its URL."""
     server = os.environ.get("CLOUDYBOT_TEST_DATABASE_URL", DEFAULT_SERVER)
-    name = f"cloudybot_test_{os.getpid()}_{secrets.token_hex(3)}"
+    name = new_database_name(f"cloudybot_test_{os.getpid()}")
     try:
         _admin_now(server, f'CREATE DATABASE "{name}"')
     except Exception as exc:  # any failure to reach it: skip, or fail in CI
@@ -53,7 +38,7 @@ def postgres_database() -> Iterator[str]:
             pytest.fail(message + "; CI=true requires it")
         pytest.skip(message + "; PostgreSQL tests skipped")
     try:
-        yield _with_database(server, name)
+        yield with_database(server, name)
     finally:
         _admin_now(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

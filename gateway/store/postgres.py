@@ -239,10 +239,9 @@ class _AdvisoryLock:
     own): another process's turn on the thread waits for it, and it dies with the connection
     if this process does."""
 
-    def __init__(self, pool: asyncpg.Pool, conn: Connection, session_key: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, conn: Connection) -> None:
         self._pool = pool
         self._conn = conn
-        self._key = session_key
 
     async def release(self) -> None:
         """Give the connection back: the pool's reset on release (``pg_advisory_unlock_all``)
@@ -347,18 +346,15 @@ class PostgresStore:
             raise Unavailable(f"the database connection was lost: {exc}") from None
 
     async def _query(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``work``, one statement (a snapshot of its own), on a pooled connection."""
+        """Run ``work`` on a pooled connection, without a transaction of its own (BEGIN and
+        COMMIT would be two more round trips): reads, and writes that are one statement.
+        Each statement sees committed data; what must agree is one statement (as the
+        turn's read is)."""
         try:
             async with self._live_pool().acquire() as conn:
                 return await work(conn)
         except _GONE as exc:
             raise Unavailable(f"the database connection was lost: {exc}") from None
-
-    async def _read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run the reads of ``work`` on one connection, without a transaction of their own
-        (BEGIN and COMMIT would be two more round trips): each statement sees committed
-        data; those that must agree are one statement (as the turn's read is)."""
-        return await self._query(work)
 
     # --- accounts ---------------------------------------------------------------
     async def create_user(self, user_id: str, plan: str, credits: int,
@@ -391,7 +387,7 @@ class PostgresStore:
             row = await conn.fetchrow(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = $1",
                                       user_id)
             return _user(row) if row else None
-        return await self._read(run)
+        return await self._query(run)
 
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
@@ -418,7 +414,7 @@ class PostgresStore:
                 " FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = $1",
                 token_hash)
             return _user(row) if row else None
-        return await self._read(run)
+        return await self._query(run)
 
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
                           minutes: int) -> User:
@@ -468,7 +464,7 @@ class PostgresStore:
                 user_id, before if before is not None else 2**62, limit + 1)
             entries = [LedgerEntry(r[0], r[1], Charge(*r[2:8]), r[8]) for r in rows[:limit]]
             return entries, (entries[-1].id if len(rows) > limit else None)
-        return await self._read(run)
+        return await self._query(run)
 
     async def ledger_totals(self, user_id: str, since: str) -> dict[str, Charge]:
         """Per-kind sums of the user's ledger rows from ``since`` (ISO time) on."""
@@ -479,7 +475,7 @@ class PostgresStore:
                 " FROM ledger WHERE user_id = $1 AND created_at >= $2"
                 " GROUP BY kind ORDER BY kind", user_id, since)
             return {r[0]: Charge(r[0], str(r[1]), r[2], r[3], r[4], r[5]) for r in rows}
-        return await self._read(run)
+        return await self._query(run)
 
     async def ledger_daily(self, user_id: str, since: str) -> list[tuple[str, str, int, int]]:
         """What the user spent per UTC day and kind from ``since`` (ISO time) on, grants left
@@ -491,7 +487,7 @@ class PostgresStore:
                 " AND (credits > 0 OR minutes > 0) GROUP BY day, kind ORDER BY day, kind",
                 user_id, since)
             return [(r[0], r[1], r[2], r[3]) for r in rows]
-        return await self._read(run)
+        return await self._query(run)
 
     # --- retention -----------------------------------------------------------------------
     async def expired_threads(self, cutoffs: dict[str, str]) -> list[ExpiredThread]:
@@ -505,7 +501,7 @@ class PostgresStore:
                     " ORDER BY t.updated_at", plan, cutoff)
                 expired += [ExpiredThread(*row) for row in rows]
             return expired
-        return await self._read(run)
+        return await self._query(run)
 
     async def prune_inbound(self, before: str) -> int:
         """Forget answered channel messages received before ``before``, and failed deliveries
@@ -527,7 +523,7 @@ class PostgresStore:
             row = await conn.fetchrow(
                 f"SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
             return _thread(row) if row else None
-        return await self._read(run)
+        return await self._query(run)
 
     async def list_threads(self, user_id: str, limit: int = 50,
                            before: tuple[str, int] | None = None,
@@ -543,13 +539,13 @@ class PostgresStore:
             page = rows[:limit]
             cursor = (page[-1][-1], page[-1][0]) if len(rows) > limit else None
             return [_thread(row, 1) for row in page], cursor
-        return await self._read(run)
+        return await self._query(run)
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""
         async def run(conn: Connection) -> dict[str, str]:
             return await _pinned(conn, await _owned_pk(conn, ref))
-        return await self._read(run)
+        return await self._query(run)
 
     async def put_pinned(self, ref: ThreadRef, key: str, value: str,
                          max_keys: int) -> dict[str, str]:
@@ -615,7 +611,7 @@ class PostgresStore:
             page = [DisplayMessage(*row) for row in rows[:limit]]
             page.reverse()
             return ThreadPage(page, page[0].id if len(rows) > limit else None)
-        return await self._read(run)
+        return await self._query(run)
 
     async def rolling_memory(self, session_key: str) -> tuple[Thread | None, list[StoredMessage]]:
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
@@ -627,7 +623,7 @@ class PostgresStore:
             rows = await conn.fetch("SELECT id, role, content, tokens FROM messages"
                                     " WHERE thread = $1 ORDER BY id", row[0])
             return _thread(row, 1), [StoredMessage(*r) for r in rows]
-        return await self._read(run)
+        return await self._query(run)
 
     # --- turns ------------------------------------------------------------------
     async def load_turn(self, ref: ThreadRef, user_id: str,
@@ -731,7 +727,7 @@ class PostgresStore:
                 "SELECT channel, message_id, conversation, address, max_chars, payload, id"
                 " FROM inbox WHERE state = 'pending' ORDER BY id")
             return [InboxEntry(*row) for row in rows]
-        return await self._read(run)
+        return await self._query(run)
 
     async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
@@ -753,7 +749,7 @@ class PostgresStore:
             rows = await conn.fetch(f"SELECT {DELIVERY_COLUMNS} FROM outbox"
                                     " WHERE state = 'pending' ORDER BY id")
             return [Delivery(*row) for row in rows]
-        return await self._read(run)
+        return await self._query(run)
 
     async def deliveries(self, conversation: str | None = None,
                          limit: int = 100) -> list[Delivery]:
@@ -764,7 +760,7 @@ class PostgresStore:
                 " WHERE ($1::text IS NULL OR conversation = $1) ORDER BY id DESC LIMIT $2",
                 conversation, limit)
             return [Delivery(*row) for row in rows]
-        return await self._read(run)
+        return await self._query(run)
 
     async def delivery_progress(self, channel: str, message_id: str, chunks_sent: int) -> None:
         """Record that the first ``chunks_sent`` chunks of a reply arrived."""
@@ -810,7 +806,7 @@ class PostgresStore:
                 "SELECT name, instructions FROM specialists WHERE user_id = $1"
                 " AND ($2::text IS NULL OR name = $2) ORDER BY name", user_id, name)
             return {row[0]: row[1] for row in rows}
-        return await self._read(run)
+        return await self._query(run)
 
     async def put_specialist(self, user_id: str, name: str, instructions: str) -> None:
         """Create or replace a specialist."""
@@ -849,7 +845,7 @@ class PostgresStore:
 
     async def list_credentials(self, user_id: str) -> list[SecretRecord]:
         """All the user's saved browser credentials (encrypted)."""
-        return await self._read(lambda conn: self._credentials(conn, user_id))
+        return await self._query(lambda conn: self._credentials(conn, user_id))
 
     async def delete_credential(self, user_id: str, site: str) -> list[SecretRecord]:
         """Forget one saved credential; return what remains."""
@@ -876,7 +872,7 @@ class PostgresStore:
                 " s.csrf FROM web_sessions s JOIN users u USING (user_id)"
                 " WHERE s.session_hash = $1 AND s.expires > $2", session_hash, self.clock())
             return WebSession(_user(row), row[6]) if row else None
-        return await self._read(run)
+        return await self._query(run)
 
     async def delete_web_session(self, session_hash: str) -> None:
         """End a session (sign-out); expired sessions of anybody go too."""
@@ -922,7 +918,7 @@ class PostgresStore:
             if isinstance(exc, _GONE):
                 raise Unavailable(f"the database connection was lost: {exc}") from None
             raise
-        return _AdvisoryLock(self._locks, conn, session_key)
+        return _AdvisoryLock(self._locks, conn)
 
     async def try_lead(self, role: str) -> _Leadership | None:
         """The role's lock if no other live process holds it (``pg_try_advisory_lock``)."""
@@ -950,4 +946,4 @@ class PostgresStore:
                 "SELECT kind, model, prompt_tokens, completion_tokens, credits, minutes"
                 " FROM ledger WHERE user_id = $1 ORDER BY id", user_id)
             return [Charge(*row) for row in rows]
-        return await self._read(run)
+        return await self._query(run)
