@@ -18,10 +18,7 @@ from typing import Any
 
 from .accounts import Accounts
 from .billing import (
-    Admission,
-    CreditGuard,
     CreditsBusy,
-    RateLimiter,
     TurnBill,
     UsageBounds,
     charge_for,
@@ -29,7 +26,7 @@ from .billing import (
     worst_case,
 )
 from .config import Settings
-from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError
+from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError, Unavailable
 from .hooks import PluginHooks
 from .interfaces import (
     Completion,
@@ -40,8 +37,9 @@ from .interfaces import (
     TurnContext,
 )
 from .prompt import Credential, Prompt, PromptInputs, assemble
+from .quotas import Admission, Quotas
 from .secrets import SecretBox, open_credentials, redact, redact_chat_message
-from .sessions import Rotation, SessionStore, ToolExchange
+from .sessions import Rotation, Sessions, ToolExchange
 from .store import (
     ChannelMessage,
     NewMessage,
@@ -124,13 +122,12 @@ class Agent:
     store: Store
     provider: Provider
     counter: TokenCounter
-    sessions: SessionStore
+    sessions: Sessions
     secret_box: SecretBox
     toolbox: Toolbox
     hooks: PluginHooks
     accounts: Accounts
-    credit_guard: CreditGuard
-    rate_limiter: RateLimiter
+    quotas: Quotas
 
     # --- the turn -------------------------------------------------------------------------
     async def run_turn(self, user_id: str, ref: ThreadRef, message: str,
@@ -140,15 +137,15 @@ class Agent:
         """Run one turn; return its result and any summarization due. ``on_text`` receives
         the reply as it is written (see :meth:`_run_agent`); ``images`` go to the model with
         the message, never into memory or the transcript."""
-        with self.credit_guard.admit(user_id) as admission:  # before the balance is read
-            state = await self.store.load_turn(ref, user_id, specialist)
+        async with self.quotas.admit(user_id) as admission:  # before the balance is read
+            state = await self.store.load_turn(ref, user_id, specialist, admission.claim)
             user = await self.accounts.current_user(state.user)
             if specialist is not None and state.specialist_instructions is None:
                 raise NotFound(f"no specialist named {specialist!r}",
                                code="specialist_not_found")
             plan = self.settings.plans.get(user.plan)
-            self.rate_limiter.check(user_id, plan.requests_per_minute if plan else 0)
-            admission.require(user.credits)  # 402 if spent; 429 if other turns hold the rest
+            # 429 past the rate limit or if other turns hold the rest; 402 if spent
+            await admission.check(user, plan.requests_per_minute if plan else 0, state.claimed)
             return await self._answer(user_id, ref, message, specialist, inbound, state,
                                       user.credits, admission, on_text, images)
 
@@ -171,7 +168,7 @@ class Agent:
         reply, written, new_messages = await self._run_and_commit(turn, ref, inbound, prompt,
                                                                   secrets, bill, run, on_text)
         spent = bill.settle()
-        self._append_session(ref, turn.message, reply, written, run, bill, rotation)
+        await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
         await self.hooks.turn_completed(turn, reply)
         pending = self._summary_due(ref, secrets, state, written, new_messages,
                                     credits=balance - spent)
@@ -183,7 +180,7 @@ class Agent:
                              state: TurnState) -> tuple[Rotation | None, bool]:
         """Rotate the session if due; return the rotation and whether this turn starts a new
         session (see :func:`_starts_session`)."""
-        rotation, active = await self.sessions.begin_turn(ref.session_key)
+        rotation, active = await self.sessions.begin_turn(ref.session_key, state)
         return rotation, _starts_session(rotation is not None, active, state)
 
     async def next_prompt(self, ref: ThreadRef, user_id: str,
@@ -194,7 +191,7 @@ class Agent:
         state = await self.store.load_turn(ref, user_id, specialist)
         if specialist is not None and state.specialist_instructions is None:
             raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
-        due, active = self.sessions.peek(ref.session_key)
+        due, active = self.sessions.peek(ref.session_key, state)
         credentials = open_credentials(self.secret_box, user_id, state.credentials)
         turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, "", specialist)
         prompt = await self._prompt(turn, state, "", credentials,
@@ -223,8 +220,9 @@ class Agent:
                 user_message=message,
                 user_tokens=self.counter.count(message) + IMAGE_TOKENS * len(images),
                 user_images=tuple(image.data_url() for image in images),
-                exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id)
-                if state.messages else {},
+                # a new session replays nothing: the tool state went with the old one
+                exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id, state)
+                if state.messages and not new_session else {},
                 reserved_tokens=self.toolbox.schema_tokens,
             ),
             self.counter,
@@ -250,15 +248,16 @@ class Agent:
                 NewMessage("assistant", reply, self.counter.count(reply))]
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
-                charges=bill.charges, inbound=inbound))
+                charges=bill.charges, inbound=inbound, hold=bill.hold))
         except BaseException:
             if bill.charges:
-                await self.store.record_charges(turn.user_id, ref.session_key, bill.charges)
-            bill.settle()
+                await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
+                                                bill.hold)
+                bill.settle()
             raise
         return reply, written, new_messages
 
-    def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
+    async def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
                         written: TurnWritten, run: _AgentRun, bill: TurnBill,
                         rotation: Rotation | None) -> None:
         """The turn's events at the end of its session file (tool exchange kept for
@@ -267,11 +266,12 @@ class Agent:
         exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
             if run.exchange else None
         try:
-            self.sessions.append(ref.session_key, ref.user_id, ref.thread_id,
-                                 _session_events(stored_message, reply, written.message_ids,
-                                                 run, bill, rotation),
-                                 exchange)
-        except OSError:
+            await self.sessions.write_turn(ref.session_key, ref.user_id, ref.thread_id,
+                                           _session_events(stored_message, reply,
+                                                           written.message_ids, run, bill,
+                                                           rotation),
+                                           exchange)
+        except (OSError, Unavailable):
             # The turn is committed; only its tool state is lost, as a rotation would lose it.
             log.exception("cannot append to the session file of %s", ref.session_key)
 
@@ -313,7 +313,7 @@ class Agent:
         for round_number in range(settings.max_tool_rounds + 1):
             prompt_tokens = prompt.prompt_tokens + live_tokens
             try:
-                bill.reserve(prompt_tokens)
+                await bill.reserve(prompt_tokens)
             except (PaymentRequired, CreditsBusy) as refusal:
                 if round_number == 0:
                     raise
@@ -421,11 +421,11 @@ class Agent:
             return False
         request = summary_request(pending.summary, folded, settings.llm_model)
         counted = self.counter.messages(request.messages)
-        with self.credit_guard.admit(pending.billed_user) as admission:  # before the balance
+        async with self.quotas.admit(pending.billed_user) as admission:  # before the balance
             user = await self.store.get_user(pending.billed_user)
             try:
-                admission.reserve(user.credits if user is not None else 0,
-                                  worst_case(settings, counted, request.max_tokens))
+                await admission.reserve(user.credits if user is not None else 0,
+                                        worst_case(settings, counted, request.max_tokens))
             except (PaymentRequired, CreditsBusy):
                 log.info("summarization of %s postponed: the credits are spent or held by "
                          "turns in flight", pending.ref.session_key)
@@ -446,6 +446,7 @@ class Agent:
                 summary_tokens=self.counter.count(summary),
                 folded_through_id=folded[-1].id,
                 charge=charge,
+                hold=admission.hold,
             ))
             admission.settle(charge.credits if applied else 0)  # a discarded one is free
         if applied:
@@ -527,7 +528,7 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
     events: list[dict[str, Any]] = []
     if rotation is not None:
         events.append({"type": "rotation", "reason": rotation.reason,
-                       "previous": rotation.archive.name if rotation.archive else None})
+                       "previous": rotation.name})
     events.append({"type": "user", "content": stored_message, "messageId": user_id})
     round_number = 0
     for message in run.exchange:

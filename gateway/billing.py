@@ -9,11 +9,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from .config import Settings
 from .errors import PaymentRequired, RateLimited
 from .store import Charge
 from .times import iso, month_of
+
+if TYPE_CHECKING:
+    from .quotas import Admission as QuotaAdmission
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
@@ -156,7 +160,7 @@ class TurnBill:
     the end the charges settled (:meth:`settle`), also when the turn fails after a call
     answered."""
 
-    def __init__(self, settings: Settings, admission: Admission, balance: int) -> None:
+    def __init__(self, settings: Settings, admission: QuotaAdmission, balance: int) -> None:
         self._settings = settings
         self._admission = admission
         self.balance = balance  # the billed account's balance when the turn began
@@ -167,12 +171,17 @@ class TurnBill:
         """Credits charged so far."""
         return sum(charge.credits for charge in self.charges)
 
-    def reserve(self, prompt_tokens: int) -> None:
+    @property
+    def hold(self) -> str | None:
+        """The turn's credit hold in the store, released by the commit that carries it."""
+        return self._admission.hold
+
+    async def reserve(self, prompt_tokens: int) -> None:
         """Before a chat call whose prompt counts ``prompt_tokens``: hold its worst case
         (:func:`worst_case`); 402 when the balance is spent, 429 ``credits_busy`` when other
         turns in flight hold what is left."""
         estimate = worst_case(self._settings, prompt_tokens, self._settings.llm_max_tokens)
-        self._admission.reserve(self.balance, estimate, spent=self.spent)
+        await self._admission.reserve(self.balance, estimate, spent=self.spent)
 
     def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Charge a call that answered, at the configured model's price."""
@@ -184,7 +193,8 @@ class TurnBill:
         self.charges.pop()
 
     def settle(self) -> int:
-        """End the hold: the turn costs what was charged, which this returns."""
+        """The charges were committed (with the hold's release): the turn costs what was
+        charged, which this returns."""
         spent = self.spent
         self._admission.settle(spent)
         return spent
@@ -197,8 +207,8 @@ class CreditGuard:
     start only while ``balance - charged since admission - held by other turns`` is positive.
     When it is not, the turn is refused with 402 if the balance itself is spent, or with 429
     ``credits_busy`` if only the other turns' holds use it up. Settling replaces the hold by the
-    real charge, never more than the hold. In-process; a multi-instance store would hold
-    reservations in the database instead.
+    real charge, never more than the hold. In-process (one process on SQLite); PostgreSQL
+    holds them in the database (:mod:`gateway.store.postgres_quotas`).
     """
 
     def __init__(self) -> None:

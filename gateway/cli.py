@@ -1,5 +1,5 @@
 """The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, deliveries,
-sessions list|show|rotate, migrate, plugins, new-plugin."""
+sessions list|show|export|rotate, migrate, plugins, new-plugin."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .locks import KeyedLocks
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
 from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
-from .sessions import SessionStore, read_events
+from .sessions import Sessions, SessionStore, parse_events, unobserved
 from .store import Delivery, ExpiredThread
 from .store.backends import store_for
 from .times import iso_utc
@@ -176,8 +176,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
               f"last active {thread.updated_at[:19]})", flush=True)
 
     async def work(gw: Gateway) -> PurgeReport:
-        retention = Retention(gw.settings, gw.store, _session_store(gw.settings), KeyedLocks(),
-                              gw.clock, gw.rate_limiter)
+        retention = Retention(gw.settings, gw.store, _sessions_of(gw), KeyedLocks(),
+                              gw.clock, gw.quotas)
         return await retention.purge(dry_run=args.dry_run, progress=progress)
 
     report = _with_gateway(_settings(args), work)
@@ -218,41 +218,53 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
     return 0
 
 
-def _session_store(settings: Settings) -> SessionStore:
+def _sessions_of(gw: Gateway) -> Sessions:
+    """The deployment's sessions: in its PostgreSQL database, or files in its data dir."""
+    settings = gw.settings
     counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
-    return SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
+    return gw.store.shared_sessions(settings, counter.chat_message, gw.clock, unobserved) \
+        or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
                         max_bytes=settings.session_max_file_bytes,
                         count_message=counter.chat_message)
 
 
 def cmd_sessions_list(args: argparse.Namespace) -> int:
-    """List active session files: key, size, last activity, archived files."""
-    sessions = _session_store(_settings(args))
-    rows = list(sessions.list_sessions())
-    for key, size, mtime in rows:
-        print(f"{key}\t{size} bytes\tlast activity {iso_utc(mtime)}\t"
-              f"{len(sessions.archives_of(key))} archived")
+    """List active sessions: key, size, last activity, archived sessions."""
+    rows = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).active_sessions())
+    for row in rows:
+        print(f"{row.key}\t{row.size} bytes\tlast activity {iso_utc(row.last_write)}\t"
+              f"{row.archives} archived")
     print(f"{len(rows)} active session(s)")
     return 0
 
 
+def _exported(args: argparse.Namespace) -> bytes:
+    data = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).export(args.key))
+    if data is None:
+        raise GatewayError(f"no active session {args.key!r}")
+    return data
+
+
 def cmd_sessions_show(args: argparse.Namespace) -> int:
     """Print the events of a session, one JSON object per line."""
-    sessions = _session_store(_settings(args))
-    path = sessions.path_for(args.key)
-    if not path.exists():
-        raise GatewayError(f"no active session {args.key!r}")
-    for event in read_events(path):
+    for event in parse_events(_exported(args), args.key):
         print(json.dumps(event, ensure_ascii=False))
+    return 0
+
+
+def cmd_sessions_export(args: argparse.Namespace) -> int:
+    """Write the active session's JSONL (header first) to stdout, as it is stored."""
+    sys.stdout.buffer.write(_exported(args))
+    sys.stdout.flush()
     return 0
 
 
 def cmd_sessions_rotate(args: argparse.Namespace) -> int:
     """Archive a session now; the next turn starts a new one (memory is untouched)."""
-    rotation = _session_store(_settings(args)).archive(args.key, "manual")
+    rotation = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).archive_now(args.key))
     if rotation is None:
         raise GatewayError(f"no active session {args.key!r}")
-    print(f"archived {args.key} to {rotation.archive}")
+    print(f"archived {args.key} to {rotation.archive or rotation.name}")
     return 0
 
 
@@ -334,7 +346,7 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
 
 
 def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
-    """deliveries, sessions list|show|rotate."""
+    """deliveries, sessions list|show|export|rotate."""
     deliveries = commands.add_parser(
         "deliveries", parents=[common],
         help="channel replies waiting for their platform, and failed ones")
@@ -350,6 +362,10 @@ def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser
     show = sessions.add_parser("show", parents=[common], help="print a session's events")
     show.add_argument("key", help="session key, e.g. alice--t1 or telegram:42")
     show.set_defaults(handler=cmd_sessions_show)
+    export = sessions.add_parser("export", parents=[common],
+                                 help="write a session's JSONL to stdout")
+    export.add_argument("key", help="session key, e.g. alice--t1 or telegram:42")
+    export.set_defaults(handler=cmd_sessions_export)
     rotate = sessions.add_parser("rotate", parents=[common], help="archive a session now")
     rotate.add_argument("key")
     rotate.set_defaults(handler=cmd_sessions_rotate)

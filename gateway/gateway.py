@@ -14,7 +14,6 @@ from typing import Any
 from . import hooks, validation
 from .accounts import Accounts
 from .agent import Agent, PendingSummary, TurnResult
-from .billing import CreditGuard, RateLimiter
 from .commands import ChatCommand, Command, index_commands, run_command
 from .config import Settings
 from .errors import ConfigError, NotFound, PluginError, Unavailable
@@ -24,9 +23,10 @@ from .interfaces import Channel, Image, Provider, TextSink
 from .locks import KeyedLocks, Leadership, Lease
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
+from .quotas import LocalQuotas, Quotas
 from .retention import Retention
 from .secrets import SecretBox, load_or_create_key
-from .sessions import SessionStore
+from .sessions import Sessions, SessionStore
 from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
 from .store.backends import store_for
 from .tokens import TokenCounter
@@ -49,7 +49,7 @@ class _Running:
     provider: Provider
     counter: TokenCounter
     secret_box: SecretBox
-    sessions: SessionStore
+    sessions: Sessions
     agent: Agent
     retention: Retention
 
@@ -89,10 +89,10 @@ class Gateway:
         # their work in the inbox/outbox for the next start.
         self.stopping = asyncio.Event()
         self._stop_deadline = 0.0
-        self._purger: asyncio.Task[None] | None = None
+        self._periodic: list[asyncio.Task[None]] = []  # the purge; the takeover (shared stores)
         self.accepting = False
-        self.credit_guard = CreditGuard()
-        self.rate_limiter = RateLimiter(clock)
+        # Rate limits and credit holds: in this process's memory unless the store shares them.
+        self.quotas: Quotas = self.store.shared_quotas(settings) or LocalQuotas(clock)
         self._providers: dict[str, Provider] | None = None
         self._running: _Running | None = None
         self.channels: dict[str, Channel] = {}
@@ -140,10 +140,12 @@ class Gateway:
                     await channel.start()
             self.outbox.open()
             self._started = True
+            loop = asyncio.get_running_loop()
             if self.settings.purge_interval_minutes > 0:
-                self._purger = asyncio.get_running_loop().create_task(
-                    self.retention.purge_periodically(
-                        self.settings.purge_interval_minutes * 60))
+                self._periodic.append(loop.create_task(self.retention.purge_periodically(
+                    self.settings.purge_interval_minutes * 60)))
+            if self.store.shared:
+                self._periodic.append(loop.create_task(self._take_over_periodically()))
         except BaseException:
             await self.stop()
             raise
@@ -161,17 +163,18 @@ class Gateway:
         provider = self._providers[wanted]
         counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
         secret_box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
-        sessions = SessionStore(
-            settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
-            max_bytes=settings.session_max_file_bytes, count_message=counter.chat_message,
-            clock=self.clock, observer=self.hooks.session_rotated)
+        sessions = self.store.shared_sessions(
+            settings, counter.chat_message, self.clock, self.hooks.session_rotated) \
+            or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
+                            max_bytes=settings.session_max_file_bytes,
+                            count_message=counter.chat_message, clock=self.clock,
+                            observer=self.hooks.session_rotated)
         agent = Agent(settings=settings, store=self.store, provider=provider, counter=counter,
                       sessions=sessions, secret_box=secret_box,
                       toolbox=Toolbox.of(self.tools, counter.count), hooks=self.hooks,
-                      accounts=self.accounts, credit_guard=self.credit_guard,
-                      rate_limiter=self.rate_limiter)
+                      accounts=self.accounts, quotas=self.quotas)
         retention = Retention(settings, self.store, sessions, self.locks, self.clock,
-                              self.rate_limiter)
+                              self.quotas)
         return _Running(provider, counter, secret_box, sessions, agent, retention)
 
     async def stop(self) -> None:
@@ -180,10 +183,10 @@ class Gateway:
         provider and the store. What is unfinished stays in the inbox and outbox for the next
         start: a cancelled turn was not committed, so it runs again then."""
         self.begin_stop()
-        if self._purger is not None:
-            self._purger.cancel()
-            await asyncio.gather(self._purger, return_exceptions=True)
-            self._purger = None
+        periodic, self._periodic = self._periodic, []
+        for task in periodic:
+            task.cancel()
+        await asyncio.gather(*periodic, return_exceptions=True)
         for channel in self.channels.values():
             try:
                 await channel.stop()
@@ -250,7 +253,7 @@ class Gateway:
         return self._run().secret_box
 
     @property
-    def sessions(self) -> SessionStore:
+    def sessions(self) -> Sessions:
         """The session files."""
         return self._run().sessions
 
@@ -288,6 +291,19 @@ class Gateway:
                 return leadership
             await self.pause(self.settings.leader_retry_seconds)
         raise Unavailable("the gateway is stopping")
+
+    async def _take_over_periodically(self) -> None:
+        """With several processes: every ``CLOUDYBOT_LEADER_RETRY_SECONDS``, take over the
+        replies and the unanswered messages of processes that died (the store knows)."""
+        while not self.stopping.is_set():
+            await self.pause(self.settings.leader_retry_seconds)
+            if self.stopping.is_set():
+                return
+            try:
+                await self.outbox.recover()
+                await self.inbox.recover()
+            except Exception:
+                log.exception("cannot take over the work of stopped processes; will try again")
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the gateway begins to stop (check ``stopping``)."""

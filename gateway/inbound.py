@@ -187,8 +187,8 @@ class Inbox:
         return True
 
     async def recover(self) -> int:
-        """Queue every message a previous run took but did not answer, in arrival order;
-        return how many."""
+        """Queue every message a previous run (or, with several processes, one that died) took
+        but did not answer, in arrival order; return how many."""
         pending = await self.gateway.store.inbox_pending()
         for entry in pending:
             message = self._restore(entry)
@@ -199,7 +199,8 @@ class Inbox:
                 continue
             self.queues.submit(message)
         if pending:
-            log.info("inbox: %d message(s) from before the restart to answer", len(pending))
+            log.info("inbox: %d message(s) left unanswered by a stopped run to answer",
+                     len(pending))
         return len(pending)
 
     def _entry(self, message: InboundMessage) -> InboxEntry:

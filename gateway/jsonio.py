@@ -23,7 +23,7 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes | str) -> Any:
     """JSON read on a turn's path (a provider's stream events): orjson, ~5x the standard
     library; what orjson refuses but JSON allows (a lone surrogate escape such as
     ``"\\ud800"``) is read by the standard library. Invalid JSON raises ``ValueError``;

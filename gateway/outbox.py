@@ -72,13 +72,15 @@ class Outbox:
         self.queues.submit(delivery)
 
     async def recover(self) -> int:
-        """Queue every reply a previous run left undelivered; return how many. They are sent
-        once :meth:`open` is called (when the channels have started)."""
+        """Queue every reply a previous run (or, with several processes, one that died) left
+        undelivered; return how many. They are sent once :meth:`open` is called (when the
+        channels have started)."""
         pending = await self.gateway.store.pending_deliveries()
         for delivery in pending:
             self.submit(delivery)
         if pending:
-            log.info("outbox: %d reply(ies) from before the restart to deliver", len(pending))
+            log.info("outbox: %d reply(ies) left undelivered by a stopped run to deliver",
+                     len(pending))
         return len(pending)
 
     def open(self) -> None:

@@ -13,14 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from .billing import RateLimiter
 from .config import Settings
 from .locks import KeyedLocks
-from .sessions import SessionStore
+from .quotas import Quotas
+from .sessions import Sessions
 from .store import ExpiredThread, Store
 from .times import iso
 
 log = logging.getLogger(__name__)
+PURGE_ROLE = "purge"  # one process at a time purges a shared database
 INBOUND_IDS_KEPT_DAYS = 30
 
 
@@ -46,10 +47,10 @@ class Retention:
 
     settings: Settings
     store: Store
-    sessions: SessionStore
+    sessions: Sessions
     locks: KeyedLocks
     clock: Callable[[], float]
-    rate_limiter: RateLimiter
+    quotas: Quotas
 
     def cutoffs(self) -> dict[str, str]:
         """``{plan: ISO time}``: threads of that plan untouched since then are expired."""
@@ -78,7 +79,7 @@ class Retention:
             moment = datetime.fromtimestamp(self.clock(), UTC)
             report.inbound_ids = await self.store.prune_inbound(
                 iso(moment - timedelta(days=INBOUND_IDS_KEPT_DAYS)))
-            self.rate_limiter.prune()
+            self.quotas.prune()
         if report.threads:
             log.info("retention: %s %d thread(s), %d session file(s)",
                      "would purge" if dry_run else "purged", len(report.threads), report.files)
@@ -100,24 +101,29 @@ class Retention:
         days = self.settings.plans[self.settings.default_plan].retention_days
         if days <= 0:
             return
-        cutoff = self.clock() - days * 86400
-        for path, key in list(self.sessions.archived()):
-            try:
-                if path.stat().st_mtime >= cutoff or await self.store.get_thread(key):
-                    continue
-                if not report.dry_run:
-                    path.unlink()
-            except FileNotFoundError:
-                continue
-            report.orphans += 1
-            report.files += 0 if report.dry_run else 1
+
+        async def has_thread(key: str) -> bool:
+            return await self.store.get_thread(key) is not None
+
+        orphans = await self.sessions.drop_orphan_archives(self.clock() - days * 86400,
+                                                           report.dry_run, has_thread)
+        report.orphans += orphans
+        report.files += 0 if report.dry_run else orphans
 
     async def purge_periodically(self, interval_seconds: float) -> None:
         """Purge every ``interval_seconds`` until cancelled; a failed run is logged, not
-        fatal."""
+        fatal. With several processes, a round is run by whichever process takes the purge
+        role first; the others skip it."""
         while True:
             await asyncio.sleep(interval_seconds)
             try:
-                await self.purge()
+                purger = await self.store.try_lead(PURGE_ROLE)
+                if purger is None:
+                    log.debug("retention: another process is purging; skipped")
+                    continue
+                try:
+                    await self.purge()
+                finally:
+                    await purger.release()
             except Exception:
                 log.exception("retention purge failed; will try again")

@@ -25,11 +25,14 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import jsonio
 from .files import FILE_MODE, private_dir
 from .times import iso_utc
+
+if TYPE_CHECKING:
+    from .store import TurnState
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +96,13 @@ class _Session:
 
 @dataclass(frozen=True)
 class Rotation:
-    """A session that ended: why, and where the old file went (None: it was deleted)."""
+    """A session that ended: why, where the old file went (None: deleted, or archived in
+    PostgreSQL) and the archive's name (None: deleted)."""
 
     key: str
     reason: str
     archive: Path | None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,11 +124,81 @@ class SessionStatus:
     archives: list[ArchivedSession]
 
 
+@dataclass(frozen=True)
+class ActiveSession:
+    """An active session: its key, size in bytes, last write (epoch s) and archive count."""
+
+    key: str
+    size: int
+    last_write: float
+    archives: int
+
+
 RotationObserver = Callable[[Rotation], Awaitable[None]]
 
 
-async def _nobody(rotation: Rotation) -> None:
+async def unobserved(rotation: Rotation) -> None:
     """The observer of a store nobody watches (the CLI's)."""
+
+
+class Sessions(Protocol):
+    """Agent sessions, as JSONL: a header line, then one event per line, rotated when idle or
+    too large, archives kept. :class:`SessionStore` keeps them in files (one process);
+    :class:`gateway.store.postgres_sessions.PostgresSessions` in PostgreSQL (any number).
+
+    ``state`` is what the turn read (``Store.load_turn``): a store that keeps sessions in the
+    database read the session's size, last write and replay window with it. Methods that
+    change a session are called under the thread's turn lock, except by the CLI.
+    """
+
+    observer: RotationObserver
+
+    def peek(self, key: str, state: TurnState | None = None) -> tuple[str | None, bool]:
+        """(why the session would rotate now, or None; whether it exists), changing nothing."""
+
+    async def begin_turn(self, key: str,
+                         state: TurnState | None = None) -> tuple[Rotation | None, bool]:
+        """Before an agent call: rotate if due (the observer told); return the rotation and
+        whether an active session remains."""
+
+    def exchanges(self, key: str, since_id: int,
+                  state: TurnState | None = None) -> dict[int, ToolExchange]:
+        """Tool exchanges of this session by the id of the reply they preceded, for every
+        reply from ``since_id`` on (the oldest message in rolling memory)."""
+
+    async def write_turn(self, key: str, user_id: str, thread_id: str,
+                         events: Sequence[dict[str, Any]],
+                         exchange: tuple[int, ToolExchange] | None = None) -> None:
+        """Append a turn's events (each gets ``ts``), the header first if the session is new;
+        ``exchange`` is its tool exchange by reply id, for replay."""
+
+    def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
+        """Drop what is kept of exchanges whose replies left rolling memory."""
+
+    async def end(self, key: str, reason: str) -> Rotation | None:
+        """End the session now (its thread cleared or deleted): archive it, tell the
+        observer."""
+
+    async def archive_now(self, key: str, reason: str = "manual") -> Rotation | None:
+        """Archive the session (the observer is not told); None if there is none."""
+
+    async def remove(self, key: str) -> int:
+        """Delete the session and its archives (its thread purged), tell the observer; return
+        how many sessions (active and archived) went."""
+
+    async def session_status(self, key: str) -> SessionStatus:
+        """The active session's (size, last write), if any, and its archives, oldest first."""
+
+    async def export(self, key: str) -> bytes | None:
+        """The active session as its JSONL bytes (header first), or None if there is none."""
+
+    async def active_sessions(self) -> list[ActiveSession]:
+        """Every active session, by key."""
+
+    async def drop_orphan_archives(self, before: float, dry_run: bool,
+                                   has_thread: Callable[[str], Awaitable[bool]]) -> int:
+        """Delete archives made before ``before`` (epoch s) whose key has no thread any more
+        (with ``dry_run``: only count them); return how many."""
 
 
 class SessionStore:
@@ -135,7 +210,7 @@ class SessionStore:
 
     def __init__(self, root: Path, *, idle_minutes: float, max_bytes: int,
                  count_message: CountMessage, clock: Callable[[], float] = time.time,
-                 observer: RotationObserver = _nobody) -> None:
+                 observer: RotationObserver = unobserved) -> None:
         self.root = root
         self.observer = observer
         self.count_message = count_message
@@ -192,7 +267,7 @@ class SessionStore:
                 break
             tail.append(event)
         tail.reverse()
-        return _exchanges_of(tail, self.count_message)
+        return exchanges_of(tail, self.count_message)
 
     # --- rotation -----------------------------------------------------------------------------
     def rotation_due(self, key: str) -> str | None:
@@ -203,7 +278,7 @@ class SessionStore:
         """Archive the session if it is idle or too large; return what happened."""
         return self.check(key)[0]
 
-    def peek(self, key: str) -> tuple[str | None, bool]:
+    def peek(self, key: str, state: TurnState | None = None) -> tuple[str | None, bool]:
         """(why the session would rotate now, or None; whether its file exists), changing
         nothing. One ``stat``."""
         try:
@@ -236,9 +311,14 @@ class SessionStore:
             target = self.archive_dir / f"{encode_key(key)}.{stamp}-{suffix}{SUFFIX}"
             suffix += 1
         os.replace(path, target)
-        return Rotation(key, reason, target)
+        return Rotation(key, reason, target, target.name)
 
-    async def begin_turn(self, key: str) -> tuple[Rotation | None, bool]:
+    async def archive_now(self, key: str, reason: str = "manual") -> Rotation | None:
+        """:meth:`archive`, as :class:`Sessions` offers it."""
+        return self.archive(key, reason)
+
+    async def begin_turn(self, key: str,
+                         state: TurnState | None = None) -> tuple[Rotation | None, bool]:
         """Before an agent call: rotate if due (the observer told); return the rotation and
         whether an active session file remains. The caller holds the thread's turn lock."""
         rotation, active = self.check(key)
@@ -311,7 +391,14 @@ class SessionStore:
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
 
-    def exchanges(self, key: str, since_id: int) -> dict[int, ToolExchange]:
+    async def write_turn(self, key: str, user_id: str, thread_id: str,
+                         events: Sequence[dict[str, Any]],
+                         exchange: tuple[int, ToolExchange] | None = None) -> None:
+        """:meth:`append`, as :class:`Sessions` offers it."""
+        self.append(key, user_id, thread_id, events, exchange)
+
+    def exchanges(self, key: str, since_id: int,
+                  state: TurnState | None = None) -> dict[int, ToolExchange]:
         """Tool exchanges of this session by the id of the reply they preceded, for every
         reply from ``since_id`` on (the oldest message in rolling memory)."""
         session = self._session(key)
@@ -373,8 +460,39 @@ class SessionStore:
         return sorted(p for p in self.archive_dir.iterdir()
                       if _archived_key(p.name) == encode_key(key))
 
+    async def session_status(self, key: str) -> SessionStatus:
+        """:meth:`status`, as :class:`Sessions` offers it."""
+        return self.status(key)
 
-def _exchanges_of(events: Sequence[dict[str, Any]],
+    async def export(self, key: str) -> bytes | None:
+        """The active session file's bytes, or None if there is none."""
+        try:
+            return self.path_for(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    async def active_sessions(self) -> list[ActiveSession]:
+        """Every active session file, by key."""
+        return [ActiveSession(key, size, mtime, len(self.archives_of(key)))
+                for key, size, mtime in self.list_sessions()]
+
+    async def drop_orphan_archives(self, before: float, dry_run: bool,
+                                   has_thread: Callable[[str], Awaitable[bool]]) -> int:
+        """Delete archive files last changed before ``before`` whose key has no thread."""
+        dropped = 0
+        for path, key in list(self.archived()):
+            try:
+                if path.stat().st_mtime >= before or await has_thread(key):
+                    continue
+                if not dry_run:
+                    path.unlink()
+            except FileNotFoundError:
+                continue
+            dropped += 1
+        return dropped
+
+
+def exchanges_of(events: Sequence[dict[str, Any]],
                   count_message: CountMessage) -> dict[int, ToolExchange]:
     """Group ``tool_calls`` / ``tool_result`` events into the complete exchanges they hold.
 
@@ -489,18 +607,24 @@ def _header_key(path: Path) -> str:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every well-formed event of a session file; a torn or corrupt line is skipped."""
-    events = []
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return []
+    return parse_events(raw, str(path))
+
+
+def parse_events(raw: bytes, where: str) -> list[dict[str, Any]]:
+    """Every well-formed event of a session's JSONL (``where`` names it in warnings); a torn
+    or corrupt line is skipped."""
+    events = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
             event = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError):
-            log.warning("%s:%d is not a whole JSON line (torn write?); skipped", path, number)
+            log.warning("%s:%d is not a whole JSON line (torn write?); skipped", where, number)
             continue
         if isinstance(event, dict):
             events.append(event)

@@ -123,3 +123,16 @@ def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env["CLOUDYBOT_DATA_DIR"] = str(data_dir)
     env.update(extra)
     return env
+
+
+async def session_bytes(gateway: Any, key: str = "alice--t1") -> bytes | None:
+    """The active session of ``key`` as its JSONL, wherever the gateway keeps sessions (files
+    or PostgreSQL); None if there is none."""
+    data: bytes | None = await gateway.sessions.export(key)
+    return data
+
+
+async def session_events(gateway: Any, key: str = "alice--t1") -> list[dict[str, Any]]:
+    """The events of the active session of ``key`` (none if there is no session)."""
+    from gateway.sessions import parse_events
+    return parse_events(await session_bytes(gateway, key) or b"", key)

@@ -20,7 +20,8 @@ from gateway.plugins import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.tools import Tool, ToolContext
 from tests.conftest import Harness
-from tests.test_sessions import FakeClock, chat_ok, json_lines, start_with_clock
+from tests.helpers import session_bytes, session_events
+from tests.test_sessions import FakeClock, chat_ok, start_with_clock
 
 StartClocked = Callable[..., Awaitable[Harness]]
 PASSWORD = "hunter2-Very-Secret"
@@ -220,7 +221,7 @@ async def test_the_round_limit_stops_the_loop_with_a_clear_reply(
     assert len(runs) == 2
     assert "stopped after 2 rounds" in body["reply"]
     assert_every_request_keeps_tool_pairs(fake_llm)
-    events = json_lines(harness.gateway.settings.sessions_dir / "alice--t1.jsonl")
+    events = await session_events(harness.gateway)
     assert [e["type"] for e in events].count("tool_calls") == 2
     assert [e["type"] for e in events].count("tool_result") == 2
 
@@ -252,7 +253,7 @@ async def test_every_provider_call_is_a_ledger_row_and_usage_sums_them(
                              "credits": sum(r.credits for r in rows)}
     assert (await harness.gateway.store.get_user("alice")).credits == (
         balance_before - sum(r.credits for r in rows))
-    usage_event = json_lines(harness.gateway.settings.sessions_dir / "alice--t1.jsonl")[-1]
+    usage_event = (await session_events(harness.gateway))[-1]
     assert usage_event["type"] == "usage"
     assert (usage_event["promptTokens"], usage_event["calls"]) == (3900, 3)
 
@@ -272,7 +273,7 @@ async def test_a_failed_call_after_a_tool_round_stores_nothing_but_bills_the_cal
     assert [row.kind for row in ledger] == ["grant", "chat"]
     user = await harness.gateway.store.get_user("alice")
     assert user is not None and user.credits == -sum(row.credits for row in ledger)
-    assert not (harness.gateway.settings.sessions_dir / "alice--t1.jsonl").exists()
+    assert await session_bytes(harness.gateway) is None
     assert (await harness.client.get("/api/threads/t1", headers=auth)).status == 404
 
 
@@ -366,6 +367,7 @@ async def test_after_a_restart_the_exchange_is_rebuilt_from_the_session_file(
         {"role": "user", "content": "and doubled?"}]
 
 
+@pytest.mark.sqlite_only  # tears a session file
 async def test_replay_survives_a_restart_after_a_torn_write(
         fake_llm: FakeLLM, aiohttp_client: Any, make_settings: Callable[..., Settings],
         pm: PluginManager, clock: FakeClock) -> None:
@@ -499,9 +501,10 @@ async def test_a_password_in_a_tool_result_never_reaches_the_session_file(
     await chat_ok(harness, auth, f"log in, my password is {PASSWORD}")
     await chat_ok(harness, auth, "thanks")
 
-    path = harness.gateway.settings.sessions_dir / "alice--t1.jsonl"
-    assert PASSWORD not in path.read_text(encoding="utf-8")
-    result = next(e for e in json_lines(path) if e["type"] == "tool_result")
+    stored = await session_bytes(harness.gateway)
+    assert stored is not None and PASSWORD.encode() not in stored
+    result = next(e for e in await session_events(harness.gateway)
+                  if e["type"] == "tool_result")
     assert result["content"].startswith("logged in; the page echoes your password")
     # the replayed result is the redacted one as well
     replayed = [m for m in fake_llm.requests[-1].messages if m["role"] == "tool"]
@@ -526,5 +529,5 @@ async def test_a_password_in_tool_call_arguments_never_reaches_the_session_file(
     await chat_ok(harness, auth, "log me in to example.com")
 
     assert fake_llm.requests[1].messages[-1]["content"] == "logged in"  # the tool got it
-    path = harness.gateway.settings.sessions_dir / "alice--t1.jsonl"
-    assert PASSWORD not in path.read_text(encoding="utf-8")
+    stored = await session_bytes(harness.gateway)
+    assert stored is not None and PASSWORD.encode() not in stored

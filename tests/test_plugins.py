@@ -543,7 +543,8 @@ async def test_session_rotated_observer_sees_a_cleared_thread(
     assert len(rotations) == 1
     assert rotations[0].key == "alice--t1"
     assert rotations[0].reason == "cleared"
-    assert rotations[0].archive.exists()
+    status = await harness.gateway.sessions.session_status("alice--t1")
+    assert [archive.name for archive in status.archives] == [rotations[0].name]
 
 
 # --- register_providers / register_channels ------------------------------------------------------

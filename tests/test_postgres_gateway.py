@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from gateway.store import InboxEntry
 from gateway.store.postgres import PostgresStore
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.testing.fake_llm import FakeLLM
@@ -90,6 +91,32 @@ async def test_a_role_has_one_player_until_it_steps_down_or_dies(postgres_url: s
         assert taken is not None
         await second.close()  # its process "dies": the connection goes, the role is free
         assert await third.try_lead("telegram-polling") is not None
+    finally:
+        for store in (first, second, third):
+            await store.close()
+
+
+async def test_a_live_process_keeps_its_messages_and_a_dead_ones_are_taken_over_once(
+        postgres_url: str) -> None:
+    first, second, third = (PostgresStore(postgres_url) for _ in range(3))
+    for store in (first, second, third):
+        await store.open()
+    try:
+        await first.create_user("alice", "free", 10, 0)
+        entry = InboxEntry("telegram", "m1", "alice--t1", "{}", 4096, b"sealed")
+        assert await first.inbox_add(entry) is not None
+        assert await first.answer_inbox("telegram", "m1", "a reply") is True
+        assert await first.inbox_add(InboxEntry("telegram", "m2", "alice--t1", "{}", 4096,
+                                                b"sealed")) is not None
+        # The first process is alive: its message and its reply are its own.
+        assert await second.inbox_pending() == []
+        assert await second.pending_deliveries() == []
+        await first.close()  # its life lock ends, as a SIGKILL would end it
+        taken = await asyncio.gather(second.inbox_pending(), third.inbox_pending())
+        assert sorted(len(found) for found in taken) == [0, 1]  # one process takes it
+        delivered = await asyncio.gather(second.pending_deliveries(), third.pending_deliveries())
+        assert sorted(len(found) for found in delivered) == [0, 1]
+        assert await second.inbox_pending() == [] and await third.inbox_pending() == []
     finally:
         for store in (first, second, third):
             await store.close()

@@ -138,3 +138,111 @@ def private_update(update_id: int, text: str) -> dict[str, object]:
         "message_id": update_id, "date": 1767225600, "text": text,
         "chat": {"id": 42, "type": "private", "first_name": "Ada"},
         "from": {"id": 42, "is_bot": False, "first_name": "Ada"}}}
+
+
+async def test_a_user_hammering_both_processes_overspends_by_one_call_at_most(
+        two_processes: list[ServeProcess], fake_llm: FakeLLM) -> None:
+    added = await acloudybot(two_processes[0].data_dir, "users", "add", "bob", "--plan", "team",
+                             "--credits", "5",
+                             CLOUDYBOT_DATABASE_URL=two_processes[0].overrides[
+                                 "CLOUDYBOT_DATABASE_URL"])
+    assert added.returncode == 0, added.stderr
+    headers = {"Authorization": f"Bearer {last_line(added)}"}
+    call_cost = 2  # 10 prompt tokens at 1 credit / 1,000 and 500 completion tokens at 3
+    fake_llm.responder = lambda request: Scripted(body=completion("ok", 10, 500), delay=0.02)
+
+    async def turn(session: aiohttp.ClientSession, process: ServeProcess, index: int) -> int:
+        async with session.post(f"{process.url}/chat",
+                                json={"threadId": f"t{index}", "message": "hi"},
+                                headers=headers) as response:
+            body = await response.json()
+            if response.status != 200:
+                assert (response.status, body["error"]["code"]) in {
+                    (429, "credits_busy"), (402, "out_of_credits")}, body
+            return response.status
+
+    async with aiohttp.ClientSession() as session:
+        for _ in range(4):  # waves until the credits are spent
+            statuses = await asyncio.gather(*(turn(session, two_processes[index % 2], index)
+                                              for index in range(30)))
+        async with session.get(f"{two_processes[1].url}/api/user/credits",
+                               headers=headers) as response:
+            balance = (await response.json())["credits"]
+    assert statuses.count(200) == 0  # spent: the last wave was refused
+    answered = len(fake_llm.chat_requests)
+    assert balance == 5 - call_cost * answered
+    assert balance >= -call_cost  # never more than one call's overrun
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramChats]:
+    server = FakeTelegramChats(TELEGRAM_TOKEN)
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def two_webhook_processes(tmp_path: Path, postgres_url: str, fake_llm: FakeLLM,
+                                telegram: FakeTelegramChats,
+                                ) -> AsyncIterator[list[ServeProcess]]:
+    env = {"CLOUDYBOT_DATABASE_URL": postgres_url, "CLOUDYBOT_SECRET_KEY": SECRET,
+           "CLOUDYBOT_LLM_BASE_URL": fake_llm.url, "CLOUDYBOT_LLM_API_KEY": "sk-test",
+           "CLOUDYBOT_TELEGRAM_TOKEN": TELEGRAM_TOKEN,
+           "CLOUDYBOT_TELEGRAM_API_BASE": telegram.base_url,
+           "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+           "CLOUDYBOT_LEADER_RETRY_SECONDS": "0.3"}
+    processes = [ServeProcess(tmp_path / f"webhook-{index}", env) for index in range(2)]
+    try:
+        await asyncio.gather(*(process.start() for process in processes))
+        yield processes
+    finally:
+        for process in processes:
+            await process.ensure_stopped()
+
+
+WEBHOOK_SECRET = "one-webhook-secret"
+
+
+async def post_update(session: aiohttp.ClientSession, process: ServeProcess,
+                      update: dict[str, object]) -> int:
+    async with session.post(f"{process.url}/telegram/webhook", json=update,
+                            headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
+                            ) as response:
+        return response.status
+
+
+async def test_a_telegram_update_delivered_to_both_processes_is_answered_once(
+        two_webhook_processes: list[ServeProcess], telegram: FakeTelegramChats,
+        fake_llm: FakeLLM) -> None:
+    async with aiohttp.ClientSession() as session:
+        statuses = await asyncio.gather(*(post_update(session, process, private_update(9001, "hi"))
+                                          for process in two_webhook_processes))
+        assert statuses == [200, 200]  # both acknowledge: the update is durable either way
+        [sent] = await telegram.wait_for_messages(1, timeout=20)
+        assert sent.params["text"] == "echo: hi"
+        # A later update is answered too, and the first was not answered twice meanwhile.
+        assert await post_update(session, two_webhook_processes[1],
+                                 private_update(9002, "next")) == 200
+        sent_now = await telegram.wait_for_messages(2, timeout=20)
+    assert [call.params["text"] for call in sent_now] == ["echo: hi", "echo: next"]
+    assert len(fake_llm.chat_requests) == 2
+
+
+async def test_the_unanswered_messages_of_a_killed_process_are_taken_over(
+        two_webhook_processes: list[ServeProcess], telegram: FakeTelegramChats,
+        fake_llm: FakeLLM) -> None:
+    first, second = two_webhook_processes
+    held = asyncio.Event()
+    fake_llm.script = [Scripted(body=completion("never sent"), release=held)]
+    async with aiohttp.ClientSession() as session:
+        assert await post_update(session, first, private_update(9101, "take me over")) == 200
+        while not fake_llm.chat_requests:  # the first process is answering it
+            await asyncio.sleep(0.01)
+        await first.kill()
+        held.set()
+        # The acknowledged update is not lost: the other process finds it orphaned and
+        # answers it (within a few CLOUDYBOT_LEADER_RETRY_SECONDS).
+        [sent] = await telegram.wait_for_messages(1, timeout=20)
+    assert sent.params["text"] == "echo: take me over"
+    assert "left unanswered by a stopped run" in second.log.read_text()

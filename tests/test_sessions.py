@@ -35,6 +35,9 @@ from gateway.testing.fake_llm import FakeLLM, Scripted, tool_call_completion
 from gateway.testing.plugin import ReplyRecorder
 from tests.conftest import Harness
 
+# The session files; sessions in PostgreSQL are tested in test_postgres_sessions.py.
+pytestmark = pytest.mark.sqlite_only
+
 IDLE_MINUTES = 30.0
 PAST_IDLE_SECONDS = IDLE_MINUTES * 60 + 5
 SAFE_NAME = re.compile(r"[A-Za-z0-9._%-]+")

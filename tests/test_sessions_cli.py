@@ -17,6 +17,9 @@ from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_co
 from tests.conftest import Harness
 from tests.helpers import assert_one_line_error, cli_env
 
+# The session files; sessions in PostgreSQL are tested in test_postgres_sessions.py.
+pytestmark = pytest.mark.sqlite_only
+
 StartGateway = Callable[..., Awaitable[Harness]]
 Turns = tuple[Harness, dict[str, str]]  # a gateway that ran turns, and alice's auth header
 CLI_TIMEOUT_SECONDS = 60

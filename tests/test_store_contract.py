@@ -180,17 +180,24 @@ async def test_a_summary_applies_only_at_the_version_it_read(store: Store) -> No
 
 
 # --- channels ----------------------------------------------------------------------------
+async def next_run(store: Store) -> None:
+    await store.close()
+    await store.open()
+
+
 async def test_the_inbox_answers_once_and_the_outbox_keeps_failures(store: Store) -> None:
     await users(store)
     entry = InboxEntry("telegram", "m1", "alice--t1", '{"chat": 1}', 4096, b"sealed")
     assert await store.inbox_add(entry) is not None
     assert await store.inbox_add(entry) is None  # a redelivery
+    await next_run(store)  # the messages and replies of a run that stopped are the next's
     assert [(e.message_id, e.payload) for e in await store.inbox_pending()] == [("m1", b"sealed")]
     await store.commit_turn(turn(REF, "q", "the reply", inbound=ChannelMessage("telegram", "m1")))
     assert await store.inbox_pending() == []
     with pytest.raises(Conflict):
         await store.commit_turn(turn(REF, "q", "again",
                                      inbound=ChannelMessage("telegram", "m1")))
+    await next_run(store)
     [delivery] = await store.pending_deliveries()
     assert (delivery.text, delivery.address, delivery.max_chars) == (
         "the reply", '{"chat": 1}', 4096)

@@ -86,7 +86,7 @@ async def get_session(request: web.Request) -> web.Response:
     file's size and last write, the last rotation, and the archives (oldest first)."""
     gateway, _ = caller(request)
     ref = await thread_from_path(request)
-    status = gateway.sessions.status(ref.session_key)
+    status = await gateway.sessions.session_status(ref.session_key)
     archives = [{"name": a.name, "bytes": a.size, "archivedAt": a.archived_at}
                 for a in status.archives]
     return web.json_response({

@@ -7,12 +7,15 @@ The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded bac
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..locks import Leadership, SharedLock
 from .records import (
     ChannelMessage,
     Charge,
+    Claim,
+    Claimed,
     Delivery,
     DisplayMessage,
     ExpiredThread,
@@ -20,6 +23,7 @@ from .records import (
     LedgerEntry,
     NewMessage,
     SecretRecord,
+    SessionState,
     StoredMessage,
     SummaryCommit,
     Thread,
@@ -32,9 +36,18 @@ from .records import (
     WebSession,
 )
 
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..quotas import Quotas
+    from ..sessions import RotationObserver, Sessions
+
 
 class Store(Protocol):
     """Persistent state. Every method is one transaction."""
+
+    #: Other processes may use the same database at once (PostgreSQL): they take over what a
+    #: process that died left (``inbox_pending``, ``pending_deliveries``) while they run.
+    shared: bool
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""
@@ -130,21 +143,23 @@ class Store(Protocol):
         """The thread and its rolling ``messages``, oldest first, from one snapshot."""
 
     # --- turns ---------------------------------------------------------------
-    async def load_turn(self, ref: ThreadRef, user_id: str,
-                        specialist: str | None) -> TurnState:
+    async def load_turn(self, ref: ThreadRef, user_id: str, specialist: str | None,
+                        claim: Claim | None = None) -> TurnState:
         """Everything a turn reads, in one call.
 
         ``user_id`` is who is billed (in a group chat not always the owner). Raise ``NotFound``
         if there is no such account, or if the thread belongs to someone other than ``ref``'s
-        owner.
+        owner. A store whose :meth:`shared_quotas` are not None applies ``claim`` with the
+        read and reports it in ``TurnState.claimed``; others are never given one.
         """
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
         """Write a turn (messages, display, ledger, balance); return the new message ids."""
 
-    async def record_charges(self, user_id: str, thread_key: str,
-                             charges: list[Charge]) -> None:
-        """Ledger rows (and balance) for calls whose turn was not stored."""
+    async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
+                             hold: str | None = None) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored, releasing the
+        turn's credit ``hold`` (shared quotas) in the same transaction."""
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
@@ -155,7 +170,8 @@ class Store(Protocol):
         recognise a redelivery); its id, or None if it is there already."""
 
     async def inbox_pending(self) -> list[InboxEntry]:
-        """Every unanswered inbox message, in arrival order."""
+        """The unanswered inbox messages no live process is answering, in arrival order:
+        from now on this process's to answer. (SQLite: all of them, asked once at start.)"""
 
     async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
@@ -165,7 +181,8 @@ class Store(Protocol):
         """Mark a pending message done without a reply."""
 
     async def pending_deliveries(self) -> list[Delivery]:
-        """Every reply still waiting for its platform, oldest first."""
+        """The replies waiting for their platform that no live process is delivering, oldest
+        first: from now on this process's to deliver. (SQLite: all of them, at start.)"""
 
     async def deliveries(self, conversation: str | None = None,
                          limit: int = 100) -> list[Delivery]:
@@ -229,6 +246,16 @@ class Store(Protocol):
         """Hold the thread's turn lock where other processes see it (None: this store has
         no other processes to tell, as SQLite)."""
 
+    def shared_quotas(self, settings: Settings) -> Quotas | None:
+        """Rate limits and credit holds kept where every process of this store sees them;
+        None when one process is all there is (the gateway keeps them in memory)."""
+
+    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
+                        clock: Callable[[], float], observer: RotationObserver,
+                        ) -> Sessions | None:
+        """Agent sessions kept where every process sees them (and read with each turn's
+        state); None: they are files in ``settings.sessions_dir``."""
+
     async def try_lead(self, role: str) -> Leadership | None:
         """Become the one process playing ``role`` (long polling a platform, say), if no
         live process plays it now; None if one does. Leadership dies with its process."""
@@ -237,6 +264,8 @@ class Store(Protocol):
 __all__ = [
     "ChannelMessage",
     "Charge",
+    "Claim",
+    "Claimed",
     "Delivery",
     "DisplayMessage",
     "ExpiredThread",
@@ -244,6 +273,7 @@ __all__ = [
     "LedgerEntry",
     "NewMessage",
     "SecretRecord",
+    "SessionState",
     "Store",
     "StoredMessage",
     "SummaryCommit",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
@@ -19,18 +20,25 @@ from typing import Any, TypeAlias, TypeVar
 import asyncpg
 
 from .. import jsonio
+from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
+from ..sessions import RotationObserver
 from ..times import iso_utc
 from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from .postgres_migrations import MIGRATIONS
+from .postgres_quotas import SharedQuotas
+from .postgres_sessions import SESSION_STATE, PostgresSessions
 from .records import (
     Charge,
+    Claim,
+    Claimed,
     Delivery,
     DisplayMessage,
     ExpiredThread,
     InboxEntry,
     LedgerEntry,
     SecretRecord,
+    SessionState,
     StoredMessage,
     SummaryCommit,
     Thread,
@@ -136,7 +144,7 @@ async def _top_up(conn: Connection, user: User, credits: int, minutes: int, kind
 
 
 async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: str,
-                        epoch: float, now: str) -> bool:
+                        epoch: float, now: str, process: str) -> bool:
     """Mark a pending inbox message answered and put its reply in the outbox, together;
     False if the message is not pending (unknown, or answered already)."""
     row = await conn.fetchrow(
@@ -147,8 +155,9 @@ async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: 
         return False
     await conn.execute(
         "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
-        " next_attempt, created, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7,"
-        " $8)", channel, message_id, row[0], row[1], reply, row[2], epoch, now)
+        " next_attempt, created, updated_at, taken_by) VALUES ($1, $2, $3, $4, $5, $6,"
+        " 'pending', $7, $7, $8, $9)", channel, message_id, row[0], row[1], reply, row[2], epoch,
+        now, process)
     return True
 
 
@@ -168,8 +177,16 @@ SELECT
   (SELECT instructions FROM specialists WHERE user_id = $1 AND name = $3::text)
     AS instructions,
   ARRAY(SELECT site FROM browser_credentials WHERE user_id = $1 ORDER BY site) AS sites,
-  ARRAY(SELECT secret FROM browser_credentials WHERE user_id = $1 ORDER BY site) AS secrets
+  ARRAY(SELECT secret FROM browser_credentials WHERE user_id = $1 ORDER BY site) AS secrets,
+  NULL::json AS claimed,
+  {SESSION_STATE} AS session
 """
+# The same read, claiming the turn's quotas (see gateway.store.postgres_quotas) on the way.
+_LOAD_AND_CLAIM = _LOAD_TURN.replace("NULL::json AS claimed", """\
+(SELECT row_to_json(c) FROM cloudybot_claim($1, $4, 0, $5, $6, $7, $8) c) AS claimed""")
+_CLAIM = ("SELECT rate_ok, retry_after, held, balance"
+          " FROM cloudybot_claim($1, $2, $3, $4, $5, $6, $7)")
+_RELEASE = "UPDATE users SET holds = holds - $2::text WHERE user_id = $1"
 
 
 # A turn's commit, as one statement. Every write depends on ``ok``: the thread is the
@@ -202,8 +219,8 @@ kept AS (
   RETURNING id),
 queued AS (
   INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,
-                      next_attempt, created, updated_at)
-  SELECT $9, $10, conversation, address, $11, max_chars, 'pending', $12, $12, $5
+                      next_attempt, created, updated_at, taken_by)
+  SELECT $9, $10, conversation, address, $11, max_chars, 'pending', $12, $12, $5, $21
   FROM answered, ok),
 charges AS (
   SELECT * FROM unnest($13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[],
@@ -217,7 +234,8 @@ ledgered AS (
 billed AS (
   UPDATE users SET credits = credits - (SELECT coalesce(sum(credits), 0) FROM charges),
                    browser_minutes = browser_minutes
-                                     - (SELECT coalesce(sum(minutes), 0) FROM charges)
+                                     - (SELECT coalesce(sum(minutes), 0) FROM charges),
+                   holds = holds - coalesce($20::text, '')
   WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok))
 SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS written,
        ARRAY(SELECT id FROM kept ORDER BY id) AS ids
@@ -283,8 +301,18 @@ class _Leadership:
             await self._pool.release(self._conn)
 
 
+def _life_role(process_id: str) -> str:
+    return f"process:{process_id}"
+
+
+def _limits(claim: Claim) -> str | None:
+    return None if claim.rate_limits is None else jsonio.dumps(claim.rate_limits).decode()
+
+
 class PostgresStore:
     """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
+
+    shared = True  # any number of gateway processes
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time,
                  pool_size: int = 10) -> None:
@@ -293,6 +321,10 @@ class PostgresStore:
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._locks: asyncpg.Pool | None = None  # connections that hold turn locks
+        # This process, to the others: the inbox and outbox rows it took are its own while
+        # its life lock is held (from open() until it closes or dies).
+        self.process_id = ""  # a new one each open(): a new life
+        self._life: _Leadership | None = None
 
     def _now(self) -> str:
         return iso_utc(self.clock())
@@ -318,6 +350,8 @@ class PostgresStore:
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 await conn.execute(script)
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
+        self.process_id = secrets.token_hex(8)
+        self._life = await self.try_lead(_life_role(self.process_id))
 
     async def close(self) -> None:
         """Close the pools (idempotent). Connections holding turn locks or roles are cut
@@ -626,12 +660,18 @@ class PostgresStore:
         return await self._query(run)
 
     # --- turns ------------------------------------------------------------------
-    async def load_turn(self, ref: ThreadRef, user_id: str,
-                        specialist: str | None) -> TurnState:
-        """Everything a turn reads, in one statement (one round trip, one snapshot); raise
-        ``NotFound`` if no account, or if the thread is someone else's."""
+    async def load_turn(self, ref: ThreadRef, user_id: str, specialist: str | None,
+                        claim: Claim | None = None) -> TurnState:
+        """Everything a turn reads, in one statement (one round trip, one snapshot), with
+        ``claim`` applied on the way; raise ``NotFound`` if no account, or if the thread is
+        someone else's."""
         async def run(conn: Connection) -> TurnState:
-            row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
+            if claim is None:
+                row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
+            else:
+                row = await conn.fetchrow(
+                    _LOAD_AND_CLAIM, user_id, ref.session_key, specialist, claim.hold_id,
+                    claim.credits, _limits(claim), claim.now, claim.expires)
             if row["account"] is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
             account = jsonio.loads(row["account"])
@@ -650,7 +690,11 @@ class PostgresStore:
             pinned = dict(sorted(jsonio.loads(row["pinned"]).items()))
             credentials = [SecretRecord(site, bytes(secret))
                            for site, secret in zip(row["sites"], row["secrets"], strict=True)]
-            return TurnState(user, thread, pinned, messages, row["instructions"], credentials)
+            claimed = None if row["claimed"] is None else Claimed(**jsonio.loads(row["claimed"]))
+            session = None if row["session"] is None \
+                else SessionState(*jsonio.loads(row["session"]))
+            return TurnState(user, thread, pinned, messages, row["instructions"], credentials,
+                             claimed, session)
         return await self._query(run)
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
@@ -668,7 +712,8 @@ class PostgresStore:
                 inbound[1] if inbound else None, commit.reply, self.clock(),
                 [c.kind for c in charges], [c.model for c in charges],
                 [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
-                [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user)
+                [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
+                commit.hold, self.process_id)
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             if not row["written"]:
@@ -678,10 +723,13 @@ class PostgresStore:
             return TurnWritten([int(i) for i in row["ids"]])
         return await self._query(run)
 
-    async def record_charges(self, user_id: str, thread_key: str,
-                             charges: list[Charge]) -> None:
-        """Ledger rows (and balance) for calls whose turn was not stored."""
+    async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
+                             hold: str | None = None) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored, and the turn's
+        credit ``hold`` released."""
         async def run(conn: Connection) -> None:
+            if hold is not None:
+                await conn.execute(_RELEASE, user_id, hold)
             now = self._now()
             for charge in charges:
                 await _charge(conn, user_id, thread_key, charge, now)
@@ -690,6 +738,8 @@ class PostgresStore:
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version; False otherwise."""
         async def run(conn: Connection) -> bool:
+            if commit.hold is not None:  # applied or not, the summarization is over
+                await conn.execute(_RELEASE, commit.billed_user, commit.hold)
             pk = await conn.fetchval(
                 "UPDATE threads SET summary = $1, summary_tokens = $2,"
                 " summary_version = summary_version + 1"
@@ -712,28 +762,49 @@ class PostgresStore:
         async def run(conn: Connection) -> int | None:
             pk: int | None = await conn.fetchval(
                 "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
-                " payload, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " payload, received_at, taken_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                 " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
                 entry.channel, entry.message_id, entry.conversation,
                 "done" if answered else "pending", entry.address, entry.max_chars,
-                None if answered else entry.payload, self._now())
+                None if answered else entry.payload, self._now(), self.process_id)
             return pk
         return await self._transaction(run)
 
     async def inbox_pending(self) -> list[InboxEntry]:
-        """Every unanswered inbox message, in arrival order."""
+        """The unanswered inbox messages no live process answers (those of processes that
+        died, or from before this database had several), taken over by this one; in arrival
+        order."""
+        dead = await self._dead_takers("inbox")
+
         async def run(conn: Connection) -> list[InboxEntry]:
             rows = await conn.fetch(
-                "SELECT channel, message_id, conversation, address, max_chars, payload, id"
-                " FROM inbox WHERE state = 'pending' ORDER BY id")
-            return [InboxEntry(*row) for row in rows]
+                "UPDATE inbox SET taken_by = $1 WHERE state = 'pending'"
+                " AND (taken_by IS NULL OR taken_by = ANY($2::text[]))"
+                " RETURNING channel, message_id, conversation, address, max_chars, payload, id",
+                self.process_id, dead)
+            return sorted((InboxEntry(*row) for row in rows), key=lambda entry: entry.id)
         return await self._query(run)
+
+    async def _dead_takers(self, table: str) -> list[str]:
+        """The processes that took pending rows of ``table`` and are gone: their life lock
+        (held from :meth:`open` to their end) is free."""
+        async def run(conn: Connection) -> list[str]:
+            return [row[0] for row in await conn.fetch(
+                f"SELECT DISTINCT taken_by FROM {table} WHERE state = 'pending'"
+                " AND taken_by IS NOT NULL AND taken_by <> $1", self.process_id)]
+        dead = []
+        for taker in await self._query(run):
+            life = await self.try_lead(_life_role(taker))
+            if life is not None:
+                await life.release()
+                dead.append(taker)
+        return dead
 
     async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
         False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
-            conn, channel, message_id, reply, self.clock(), self._now()))
+            conn, channel, message_id, reply, self.clock(), self._now(), self.process_id))
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply."""
@@ -744,11 +815,16 @@ class PostgresStore:
         await self._transaction(run)
 
     async def pending_deliveries(self) -> list[Delivery]:
-        """Every reply still waiting for its platform, oldest first."""
+        """The replies waiting for their platform that no live process delivers, taken over by
+        this one (as :meth:`inbox_pending`); oldest first."""
+        dead = await self._dead_takers("outbox")
+
         async def run(conn: Connection) -> list[Delivery]:
-            rows = await conn.fetch(f"SELECT {DELIVERY_COLUMNS} FROM outbox"
-                                    " WHERE state = 'pending' ORDER BY id")
-            return [Delivery(*row) for row in rows]
+            rows = await conn.fetch(
+                f"UPDATE outbox SET taken_by = $1 WHERE state = 'pending'"
+                f" AND (taken_by IS NULL OR taken_by = ANY($2::text[]))"
+                f" RETURNING {DELIVERY_COLUMNS}", self.process_id, dead)
+            return sorted((Delivery(*row) for row in rows), key=lambda delivery: delivery.id)
         return await self._query(run)
 
     async def deliveries(self, conversation: str | None = None,
@@ -919,6 +995,33 @@ class PostgresStore:
                 raise Unavailable(f"the database connection was lost: {exc}") from None
             raise
         return _AdvisoryLock(self._locks, conn)
+
+    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
+                        clock: Callable[[], float], observer: RotationObserver,
+                        ) -> PostgresSessions:
+        """Agent sessions in this database, read with each turn's state."""
+        return PostgresSessions(self, idle_minutes=settings.session_idle_minutes,
+                                max_bytes=settings.session_max_file_bytes,
+                                count_message=count_message, clock=clock, observer=observer)
+
+    def shared_quotas(self, settings: Settings) -> SharedQuotas:
+        """Rate limits and credit holds on the account rows, seen by every process."""
+        return SharedQuotas(self, settings, self.clock)
+
+    async def hold_credits(self, user_id: str, claim: Claim, spent: int) -> Claimed:
+        """Apply ``claim`` (its hold of ``claim.credits``, of which ``spent`` is charged already,
+        and a request against the rate limit when ``claim.rate_limits`` is given) on its own."""
+        async def run(conn: Connection) -> Claimed:
+            row = await conn.fetchrow(_CLAIM, user_id, claim.hold_id, spent, claim.credits,
+                                      _limits(claim), claim.now, claim.expires)
+            return Claimed(**dict(row))
+        return await self._query(run)
+
+    async def release_hold(self, user_id: str, hold: str) -> None:
+        """Forget a credit hold no commit released."""
+        async def run(conn: Connection) -> None:
+            await conn.execute(_RELEASE, user_id, hold)
+        await self._query(run)
 
     async def try_lead(self, role: str) -> _Leadership | None:
         """The role's lock if no other live process holds it (``pg_try_advisory_lock``)."""

@@ -86,6 +86,42 @@ class TurnState:
     messages: list[StoredMessage]
     specialist_instructions: str | None
     credentials: list[SecretRecord]
+    claimed: Claimed | None = None  # what the read claimed, when it was given a Claim
+    session: SessionState | None = None  # the active session, where the store keeps them
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """An active session kept in the store: its size in bytes (as a file's), its last write
+    (epoch s) and the lines of its replay window (the replies still in rolling memory)."""
+
+    size: int
+    last_write: float
+    replay: list[str]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a turn claims of the billed account as its state is read, in stores shared by
+    several processes: one request against the plan's rate limit, and a credit hold."""
+
+    hold_id: str
+    credits: int  # the hold: the first call's worst case at MAX_CONTEXT
+    now: float  # epoch seconds
+    expires: float  # when a hold its process never released is forgotten
+    rate_limits: dict[str, int] | None  # requests a minute by plan (None: not counted)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a :class:`Claim` (or a later reservation) found: whether the request fitted the
+    rate limit (else the seconds until it would), whether the hold was placed, and the
+    balance it was checked against."""
+
+    rate_ok: bool
+    retry_after: float
+    held: bool
+    balance: int
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,7 @@ class TurnCommit:
     # the channel message this turn answers: marked answered, and its reply put in the
     # outbox, in the same commit
     inbound: ChannelMessage | None = None
+    hold: str | None = None  # the turn's credit hold, released by the same commit
 
     @property
     def reply(self) -> str:
@@ -172,6 +209,7 @@ class SummaryCommit:
     summary_tokens: int
     folded_through_id: int
     charge: Charge
+    hold: str | None = None  # the summarization's credit hold, released by the same commit
 
 
 @dataclass

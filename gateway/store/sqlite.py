@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound
 from ..files import private_dir, private_file
 from ..locks import Alone
@@ -26,6 +27,7 @@ from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
+    Claim,
     Delivery,
     DisplayMessage,
     ExpiredThread,
@@ -289,6 +291,8 @@ def _apply_batch(conn: sqlite3.Connection,
 
 class SQLiteStore:
     """SQLite implementation of the Store protocol."""
+
+    shared = False  # one process per database file
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = path
@@ -644,9 +648,10 @@ class SQLiteStore:
         return _thread(row[1:]), [StoredMessage(*r) for r in rows.fetchall()]
 
     # --- turns ------------------------------------------------------------------
-    async def load_turn(self, ref: ThreadRef, user_id: str,
-                        specialist: str | None) -> TurnState:
-        """Everything a turn reads, in one call; raise ``NotFound`` if no account."""
+    async def load_turn(self, ref: ThreadRef, user_id: str, specialist: str | None,
+                        claim: Claim | None = None) -> TurnState:
+        """Everything a turn reads, in one call; raise ``NotFound`` if no account. (Its
+        quotas are the gateway's in-memory ones: it is never given a ``claim``.)"""
         def run(conn: sqlite3.Connection) -> TurnState:
             user_row = conn.execute(f"SELECT {USER_COLUMNS} FROM users WHERE user_id = ?",
                                     (user_id,)).fetchone()
@@ -697,9 +702,10 @@ class SQLiteStore:
             return TurnWritten([i for i in ids if i is not None])
         return await self._transaction(run)
 
-    async def record_charges(self, user_id: str, thread_key: str,
-                             charges: list[Charge]) -> None:
-        """Ledger rows (and balance) for calls whose turn was not stored."""
+    async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
+                             hold: str | None = None) -> None:
+        """Ledger rows (and balance) for calls whose turn was not stored (``hold``: only
+        shared quotas have holds in the store)."""
         def run(conn: sqlite3.Connection) -> None:
             now = self._now()
             for charge in charges:
@@ -919,6 +925,15 @@ class SQLiteStore:
 
     async def lock_thread(self, session_key: str) -> None:
         """One process uses a SQLite database: its in-process turn lock is the whole lock."""
+        return None
+
+    def shared_quotas(self, settings: Settings) -> None:
+        """One process uses a SQLite database: its quotas live in the gateway's memory."""
+        return None
+
+    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
+                        clock: Callable[[], float], observer: Any) -> None:
+        """One process: sessions are files (the gateway makes its SessionStore)."""
         return None
 
     async def try_lead(self, role: str) -> Alone:
