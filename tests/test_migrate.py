@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 
+from gateway.sessions import SessionStore
 from gateway.store import ChannelMessage, Charge, InboxEntry, NewMessage, ThreadRef, TurnCommit
 from gateway.store.migrate import TABLES
 from gateway.store.sqlite import SQLiteStore
@@ -110,3 +111,38 @@ async def test_migrate_refuses_what_it_cannot_use(data_dir: Path, tmp_path: Path
                              "--to", "mysql://somewhere")
     assert wrong.returncode == 1 and "postgresql://" in wrong.stderr
     assert "Traceback" not in missing.stderr + wrong.stderr
+
+
+async def test_session_files_become_the_databases_sessions_line_for_line(
+        data_dir: Path, postgres_url: str, start_gateway: StartGateway) -> None:
+    await seed(data_dir, 2)
+    files = SessionStore(data_dir / "sessions", idle_minutes=30, max_bytes=200_000,
+                         count_message=lambda message: 1)
+    files.append("alice--t1", "alice", "t1", [{"type": "user", "content": "old", "messageId": 1}])
+    archive = files.archive("alice--t1", "manual")
+    assert archive is not None and archive.archive is not None
+    files.append("alice--t1", "alice", "t1", [
+        {"type": "user", "content": "2+3?", "messageId": 3},
+        {"type": "tool_calls", "replyId": 4, "round": 1, "content": None,
+         "calls": [{"id": "c1", "name": "calculator", "arguments": "{}"}]},
+        {"type": "tool_result", "replyId": 4, "round": 1, "toolCallId": "c1", "content": "5"},
+        {"type": "assistant", "content": "5", "messageId": 4, "toolTokens": 12}])
+    active = files.path_for("alice--t1").read_bytes()
+
+    result = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                              "--to", postgres_url)
+    assert result.returncode == 0, result.stderr
+    assert "sessions 2" in result.stdout
+
+    harness = await start_gateway(database_url=postgres_url)
+    sessions = harness.gateway.sessions
+    assert await sessions.export("alice--t1") == active
+    status = await sessions.session_status("alice--t1")
+    assert status.active is not None and status.active[0] == len(active)
+    assert [a.name for a in status.archives] == [archive.archive.name]
+    conn = await asyncpg.connect(postgres_url)
+    try:  # the exchange's lines (and its reply) are the replay window of reply 4
+        replay = await conn.fetchval("SELECT count(*) FROM session_lines WHERE reply_id = 4")
+    finally:
+        await conn.close()
+    assert replay == 3

@@ -3,8 +3,8 @@ rows into PostgreSQL, table by table in foreign-key order, ids kept, then check 
 
 The source is read with the standard ``sqlite3`` module (the gateway must not be running on
 it); the target is migrated first and must be empty unless ``force`` (then it is emptied).
-Session files stay where they are: the PostgreSQL store keeps rows only, so point the
-gateways at the same data dir's ``sessions/`` (or copy it along).
+The session files (``sessions/`` and its archives) become the database's sessions, line for
+line, with their sizes, last writes and archive names.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from pathlib import Path
 
 import asyncpg
 
+from .. import jsonio
 from ..errors import GatewayError
+from ..sessions import SUFFIX, decode_key, parse_events
 from .postgres import PostgresStore
+from .postgres_sessions import replay_id
 
 # Parents before children; each with the columns both schemas share.
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -83,6 +86,7 @@ async def migrate(data_dir: Path, url: str, *, force: bool = False,
                 report = MigrationReport()
                 for table, columns in TABLES:
                     report.copied[table] = await _copy(source, conn, table, columns, progress)
+                report.copied["sessions"] = await _copy_sessions(data_dir, conn, progress)
                 await _restart_identities(conn)
                 await _check_counts(source, conn, report)
         finally:
@@ -94,14 +98,16 @@ async def migrate(data_dir: Path, url: str, *, force: bool = False,
 
 
 async def _empty_or_refuse(conn: asyncpg.Connection, force: bool) -> None:
-    held = {table: await conn.fetchval(f"SELECT count(*) FROM {table}") for table, _ in TABLES}
+    held = {table: await conn.fetchval(f"SELECT count(*) FROM {table}")
+            for table in (*(name for name, _ in TABLES), "sessions")}
     busy = {table: count for table, count in held.items() if count}
     if busy and not force:
         listed = ", ".join(f"{table} ({count})" for table, count in busy.items())
         raise MigrationError(f"the target database is not empty: {listed}; pass --force to "
                              "replace what it holds")
     if busy:
-        await conn.execute("TRUNCATE " + ", ".join(table for table, _ in TABLES) + " CASCADE")
+        await conn.execute("TRUNCATE " + ", ".join(table for table, _ in TABLES)
+                           + ", sessions, session_lines CASCADE")
 
 
 async def _copy(source: sqlite3.Connection, conn: asyncpg.Connection, table: str,
@@ -119,8 +125,59 @@ async def _copy(source: sqlite3.Connection, conn: asyncpg.Connection, table: str
     return copied
 
 
+def _session_files(data_dir: Path) -> list[tuple[Path, bool]]:
+    """Every session file of the deployment, active (False) or archived (True)."""
+    root = data_dir / "sessions"
+    active = sorted(root.glob(f"*{SUFFIX}")) if root.is_dir() else []
+    archives = sorted((root / "archive").glob(f"*{SUFFIX}")) \
+        if (root / "archive").is_dir() else []
+    return [(path, False) for path in active] + [(path, True) for path in archives]
+
+
+async def _copy_sessions(data_dir: Path, conn: asyncpg.Connection,
+                         progress: Progress | None) -> int:
+    """Each session file as a ``sessions`` row and its lines (a torn line is kept as it is:
+    the readers skip it, as they skip it in a file)."""
+    files = _session_files(data_dir)
+    for done, (path, archived) in enumerate(files, start=1):
+        raw = path.read_bytes()
+        lines = [line.decode("utf-8", "replace") for line in raw.split(b"\n") if line.strip()]
+        events = parse_events(raw, str(path))
+        header = events[0] if events and events[0].get("type") == "session" else {}
+        key = str(header.get("key") or _key_of(path.name, archived))
+        mtime = path.stat().st_mtime
+        session = await conn.fetchval(
+            "INSERT INTO sessions (key, user_id, thread_id, bytes, last_write, archived, name)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id", key,
+            str(header.get("userId", "")), str(header.get("threadId", "")), len(raw), mtime,
+            mtime if archived else None, path.name if archived else None)
+        await conn.copy_records_to_table(
+            "session_lines", columns=["session", "n", "reply_id", "line"],
+            records=[(session, n, _line_replay_id(line), line)
+                     for n, line in enumerate(lines, start=1)])
+        if progress is not None:
+            progress("sessions", done, len(files))
+    return len(files)
+
+
+def _key_of(name: str, archived: bool) -> str:
+    stem = name[:-len(SUFFIX)]
+    return decode_key(stem.rsplit(".", 2)[0] if archived else stem)
+
+
+def _line_replay_id(line: str) -> int | None:
+    try:
+        event = jsonio.loads(line)
+    except ValueError:
+        return None
+    found = replay_id(event) if isinstance(event, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
 async def _restart_identities(conn: asyncpg.Connection) -> None:
     """Identity columns go on from the highest id copied (new rows never collide)."""
+    await conn.execute("SELECT setval(pg_get_serial_sequence('sessions', 'id'),"
+                       " coalesce((SELECT max(id) FROM sessions), 0) + 1, false)")
     for table, columns in TABLES:
         if "id" in columns:
             await conn.execute(
@@ -130,6 +187,10 @@ async def _restart_identities(conn: asyncpg.Connection) -> None:
 
 async def _check_counts(source: sqlite3.Connection, conn: asyncpg.Connection,
                         report: MigrationReport) -> None:
+    sessions = await conn.fetchval("SELECT count(*) FROM sessions")
+    if sessions != report.copied["sessions"]:
+        raise MigrationError(f"sessions: {report.copied['sessions']} files, {sessions} in "
+                             "PostgreSQL after the copy; nothing was kept")
     for table, _ in TABLES:
         expected = source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         found = await conn.fetchval(f"SELECT count(*) FROM {table}")

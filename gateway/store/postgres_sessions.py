@@ -62,7 +62,7 @@ WHERE x.ord > 1 OR s.created
 """
 
 
-def _replay_id(event: dict[str, Any]) -> int | None:
+def replay_id(event: dict[str, Any]) -> int | None:
     """The reply a line belongs to for replay: a tool line's ``replyId``; a reply's own id
     when it carries ``toolTokens``."""
     if event.get("type") in ("tool_calls", "tool_result"):
@@ -136,7 +136,7 @@ class PostgresSessions:
         async def run(conn: Connection) -> None:
             await conn.execute(_APPEND, key, user_id, thread_id, size,
                                len(header.encode()) + 1, now, [header, *lines],
-                               [None, *(_replay_id(event) for event in stamped)])
+                               [None, *(replay_id(event) for event in stamped)])
         await self._store._query(run)
 
     def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
