@@ -55,6 +55,7 @@ from bench import (
     dashboard,
     growth,
     postgres,
+    scaleout,
     sessions,
     streaming,
     threadlist,
@@ -82,6 +83,8 @@ TARGETS = {
     # issue 14: the gateway's own CPU per turn (PostgreSQL's server processes not counted)
     "postgresql_vs_sqlite_1": ("<=", 1.5),
     "postgresql_vs_sqlite_8": ("<=", 1.5),
+    "scaleout_two_vs_one": (">=", 1.25),
+    "postgresql_round_trips_per_turn": ("<=", 4.0),
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
     "thread_view_10000_ms": ("<=", 100.0),
@@ -212,6 +215,10 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  over the I/O-only floor, x8 (no target)", "cpu_over_baseline_8", "{:.2f}x"),
         ("on PostgreSQL / on SQLite, x1", "postgresql_vs_sqlite_1", "{:.2f}"),
         ("on PostgreSQL / on SQLite, x8", "postgresql_vs_sqlite_8", "{:.2f}"),
+        ("PostgreSQL, 1 process, x64", "scaleout_one_turns_per_s", "{:.0f} turns/s"),
+        ("PostgreSQL, 2 processes, x64", "scaleout_two_turns_per_s", "{:.0f} turns/s"),
+        ("  2 processes / 1", "scaleout_two_vs_one", "{:.2f}"),
+        ("PostgreSQL round trips per turn", "postgresql_round_trips_per_turn", "{:.2f}"),
     ], results)
 
     sizes = figures.get("conversations_sizes", [])
@@ -324,6 +331,7 @@ async def run(quick: bool, against: str | None,
         else:
             async with postgres.fresh_database(postgres_server) as url:
                 await section("headline", lambda: cpu.run(quick, tmp, against, url))
+            await section("scale-out", lambda: scaleout.run(quick, tmp, postgres_server))
         await section("conversations", lambda: conversations.run(quick, tmp))
         await section("threadlist", lambda: threadlist.run(quick, tmp))
         await section("growth", lambda: growth.run(quick, tmp))

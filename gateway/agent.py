@@ -51,6 +51,7 @@ from .store import (
     TurnState,
     TurnWritten,
 )
+from .store.records import REPLY_SLOT, USER_MESSAGE_SLOT
 from .summaries import accept_summary, fold_point, summary_request
 from .tokens import TokenCounter
 from .tools import Toolbox, ToolCall, ToolContext
@@ -165,10 +166,11 @@ class Agent:
         prompt = await self._prompt(turn, state, message, credentials, new_session, images)
         bill = TurnBill(self.settings, admission, balance)
         run = _AgentRun()
-        reply, written, new_messages = await self._run_and_commit(turn, ref, inbound, prompt,
-                                                                  secrets, bill, run, on_text)
+        reply, written, new_messages, in_commit = await self._run_and_commit(
+            turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation)
         spent = bill.settle()
-        await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
+        if not in_commit:
+            await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
         await self.hooks.turn_completed(turn, reply)
         pending = self._summary_due(ref, secrets, state, written, new_messages,
                                     credits=balance - spent)
@@ -232,11 +234,12 @@ class Agent:
     async def _run_and_commit(self, turn: TurnContext, ref: ThreadRef,
                               inbound: ChannelMessage | None, prompt: Prompt,
                               secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
-                              on_text: TextSink | None,
-                              ) -> tuple[str, TurnWritten, list[NewMessage]]:
-        """The agent's calls, then the turn in one transaction: the reply, the ids written
-        and the two messages written. On any failure nothing of the turn is stored, but the
-        calls that did answer (a chat call before a failed tool round) are still charged."""
+                              on_text: TextSink | None, rotation: Rotation | None,
+                              ) -> tuple[str, TurnWritten, list[NewMessage], bool]:
+        """The agent's calls, then the turn in one transaction: the reply, the ids written,
+        the two messages written, and whether the session's lines went with them (sessions
+        kept in the store). On any failure nothing of the turn is stored, but the calls that
+        did answer (a chat call before a failed tool round) are still charged."""
         try:
             await self._run_agent(turn, prompt, secrets, bill, run, on_text)
             reply = redact(run.text, secrets).strip()
@@ -246,16 +249,20 @@ class Agent:
             new_messages = [
                 NewMessage("user", turn.message, self.counter.count(turn.message)),
                 NewMessage("assistant", reply, self.counter.count(reply))]
+            session = self.sessions.with_commit(
+                ref.user_id, ref.thread_id, ref.session_key,
+                _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT], run, bill,
+                                rotation))
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
-                charges=bill.charges, inbound=inbound, hold=bill.hold))
+                charges=bill.charges, inbound=inbound, hold=bill.hold, session=session))
         except BaseException:
             if bill.charges:
                 await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
                                                 bill.hold)
                 bill.settle()
             raise
-        return reply, written, new_messages
+        return reply, written, new_messages, session is not None
 
     async def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
                         written: TurnWritten, run: _AgentRun, bill: TurnBill,

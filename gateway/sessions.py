@@ -32,7 +32,7 @@ from .files import FILE_MODE, private_dir
 from .times import iso_utc
 
 if TYPE_CHECKING:
-    from .store import TurnState
+    from .store import SessionWrite, TurnState
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,12 @@ class Sessions(Protocol):
                   state: TurnState | None = None) -> dict[int, ToolExchange]:
         """Tool exchanges of this session by the id of the reply they preceded, for every
         reply from ``since_id`` on (the oldest message in rolling memory)."""
+
+    def with_commit(self, user_id: str, thread_id: str, key: str,
+                    events: Sequence[dict[str, Any]]) -> SessionWrite | None:
+        """A turn's events (with the slot ids of ``gateway.store.records``) as lines the turn's
+        commit appends, where the store keeps sessions; None: :meth:`write_turn` them after
+        the commit instead."""
 
     async def write_turn(self, key: str, user_id: str, thread_id: str,
                          events: Sequence[dict[str, Any]],
@@ -390,6 +396,11 @@ class SessionStore:
             os.close(fd)
         if exchange is not None:
             session.exchanges[exchange[0]] = exchange[1]
+
+    def with_commit(self, user_id: str, thread_id: str, key: str,
+                    events: Sequence[dict[str, Any]]) -> None:
+        """Files are appended after the commit (:meth:`write_turn`)."""
+        return None
 
     async def write_turn(self, key: str, user_id: str, thread_id: str,
                          events: Sequence[dict[str, Any]],

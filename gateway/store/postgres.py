@@ -29,6 +29,8 @@ from .postgres_migrations import MIGRATIONS
 from .postgres_quotas import SharedQuotas
 from .postgres_sessions import SESSION_STATE, PostgresSessions
 from .records import (
+    REPLY_SLOT,
+    USER_MESSAGE_SLOT,
     Charge,
     Claim,
     Claimed,
@@ -39,6 +41,7 @@ from .records import (
     LedgerEntry,
     SecretRecord,
     SessionState,
+    SessionWrite,
     StoredMessage,
     SummaryCommit,
     Thread,
@@ -236,10 +239,36 @@ billed AS (
                    browser_minutes = browser_minutes
                                      - (SELECT coalesce(sum(minutes), 0) FROM charges),
                    holds = holds - coalesce($20::text, '')
-  WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok))
+  WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok)),
+ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
+lines AS (
+  SELECT x.ord,
+         replace(replace(replace(x.line, '"messageId":-1', '"messageId":' || ids.question),
+                         '"messageId":-2', '"messageId":' || ids.reply),
+                 '"replyId":-2', '"replyId":' || ids.reply) AS line,
+         CASE WHEN x.replay THEN ids.reply END AS reply_id
+  FROM unnest($22::text[], $23::boolean[]) WITH ORDINALITY AS x(line, replay, ord), ids, ok),
+session AS (
+  INSERT INTO sessions AS cur (key, user_id, thread_id, bytes, last_write)
+  SELECT $1, $24, $25, octet_length($26::text) + 1
+                       + (SELECT sum(octet_length(line) + 1) FROM lines), $12
+  WHERE EXISTS (SELECT 1 FROM lines)
+  ON CONFLICT (key) WHERE archived IS NULL
+  DO UPDATE SET bytes = cur.bytes + excluded.bytes - octet_length($26::text) - 1,
+                last_write = excluded.last_write
+  RETURNING id, (xmax = 0) AS created),
+top AS (SELECT coalesce(max(n), 0) AS n FROM session_lines
+        WHERE session = (SELECT id FROM session)),
+session_written AS (
+  INSERT INTO session_lines (session, n, reply_id, line)
+  SELECT session.id, top.n + 1, NULL, $26 FROM session, top WHERE session.created
+  UNION ALL
+  SELECT session.id, top.n + 1 + lines.ord, lines.reply_id, lines.line
+  FROM session, top, lines)
 SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS written,
        ARRAY(SELECT id FROM kept ORDER BY id) AS ids
 """
+assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN replaces
 
 
 class _QueryConnection(asyncpg.Connection):  # type: ignore[misc]
@@ -301,6 +330,14 @@ class _Leadership:
             await self._pool.release(self._conn)
 
 
+def _session_params(write: SessionWrite | None) -> tuple[Any, ...]:
+    """$22-$26 of _COMMIT_TURN: the turn's session lines, replay marks, owner, thread and
+    header (no lines: no session written)."""
+    if write is None:
+        return [], [], "", "", ""
+    return write.lines, write.replay, write.user_id, write.thread_id, write.header
+
+
 def _life_role(process_id: str) -> str:
     return f"process:{process_id}"
 
@@ -315,8 +352,12 @@ class PostgresStore:
     shared = True  # any number of gateway processes
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time,
-                 pool_size: int = 10) -> None:
+                 pool_size: int = 10,
+                 observe_statements: Callable[[str], None] | None = None) -> None:
+        """``observe_statements``, if given, is told each statement sent (the benchmark counts
+        a turn's round trips with it)."""
         self.url = url
+        self._observe = observe_statements
         self.clock = clock
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
@@ -333,12 +374,13 @@ class PostgresStore:
     async def open(self) -> None:
         """Connect the pool and apply pending migrations (one process at a time)."""
         try:
+            init = self._observed if self._observe is not None else None
             self._pool = await asyncpg.create_pool(self.url, min_size=1,
                                                    max_size=self.pool_size,
-                                                   connection_class=_QueryConnection)
+                                                   connection_class=_QueryConnection, init=init)
             # Held for a turn's whole length, so never the connections its queries need.
             self._locks = await asyncpg.create_pool(self.url, min_size=0,
-                                                    max_size=self.pool_size)
+                                                    max_size=self.pool_size, init=init)
         except (*_GONE, asyncpg.PostgresError) as exc:
             await self.close()
             raise Unavailable(f"cannot connect to PostgreSQL: {exc}") from None
@@ -352,6 +394,11 @@ class PostgresStore:
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
         self.process_id = secrets.token_hex(8)
         self._life = await self.try_lead(_life_role(self.process_id))
+
+    async def _observed(self, conn: Connection) -> None:
+        observe = self._observe
+        assert observe is not None
+        conn.add_query_logger(lambda logged: observe(logged.query))
 
     async def close(self) -> None:
         """Close the pools (idempotent). Connections holding turn locks or roles are cut
@@ -713,7 +760,7 @@ class PostgresStore:
                 [c.kind for c in charges], [c.model for c in charges],
                 [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
                 [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
-                commit.hold, self.process_id)
+                commit.hold, self.process_id, *_session_params(commit.session))
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             if not row["written"]:

@@ -30,7 +30,7 @@ from ..sessions import (
     unobserved,
 )
 from ..times import iso_utc
-from .records import SessionState, TurnState
+from .records import SessionState, SessionWrite, TurnState
 
 if TYPE_CHECKING:
     from .postgres import Connection, PostgresStore
@@ -120,24 +120,37 @@ class PostgresSessions:
         events = [jsonio.loads(line) for line in state.session.replay]
         return exchanges_of([e for e in events if isinstance(e, dict)], self.count_message)
 
+    def with_commit(self, user_id: str, thread_id: str, key: str,
+                    events: Sequence[dict[str, Any]]) -> SessionWrite:
+        """The turn's lines for its commit: stored with the turn, atomically, in the same
+        statement (no round trip of their own)."""
+        header, stamped = self._stamped(key, user_id, thread_id, events)
+        return SessionWrite(user_id, thread_id, header,
+                            [jsonio.dumps(event).decode() for event in stamped],
+                            [replay_id(event) is not None for event in stamped])
+
     async def write_turn(self, key: str, user_id: str, thread_id: str,
                          events: Sequence[dict[str, Any]],
                          exchange: tuple[int, ToolExchange] | None = None) -> None:
         """One statement: the session row created (with its header) or grown, the lines
-        added after its last."""
-        now = self.clock()
-        ts = iso_utc(now)
-        header = jsonio.dumps({"type": "session", "key": key, "userId": user_id,
-                               "threadId": thread_id, "createdAt": ts}).decode()
-        stamped = [{**event, "ts": ts} for event in events]
+        added after its last (what a turn's commit does, for events outside a turn)."""
+        header, stamped = self._stamped(key, user_id, thread_id, events)
         lines = [jsonio.dumps(event).decode() for event in stamped]
         size = sum(len(line.encode()) + 1 for line in lines)
 
         async def run(conn: Connection) -> None:
             await conn.execute(_APPEND, key, user_id, thread_id, size,
-                               len(header.encode()) + 1, now, [header, *lines],
+                               len(header.encode()) + 1, self.clock(), [header, *lines],
                                [None, *(replay_id(event) for event in stamped)])
         await self._store._query(run)
+
+    def _stamped(self, key: str, user_id: str, thread_id: str,
+                 events: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        """The header line a new session starts with, and the events with their ``ts``."""
+        ts = iso_utc(self.clock())
+        header = jsonio.dumps({"type": "session", "key": key, "userId": user_id,
+                               "threadId": thread_id, "createdAt": ts}).decode()
+        return header, [{**event, "ts": ts} for event in events]
 
     def forget_exchanges_before(self, key: str, first_kept_id: int) -> None:
         """Nothing is kept between turns: each reads its window with its state."""

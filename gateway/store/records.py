@@ -91,6 +91,24 @@ class TurnState:
 
 
 @dataclass(frozen=True)
+class SessionWrite:
+    """A turn's session lines, appended by the commit that stores the turn (sessions kept in
+    the store): the header (written only if the session is new) and the event lines, whose
+    ``USER_MESSAGE_SLOT`` / ``REPLY_SLOT`` ids the commit replaces with the ids it gives the
+    two messages; ``replay`` marks the lines of the reply's tool exchange."""
+
+    user_id: str
+    thread_id: str
+    header: str
+    lines: list[str]
+    replay: list[bool]
+
+
+USER_MESSAGE_SLOT = -1  # in a SessionWrite line: the id the user's message will get
+REPLY_SLOT = -2  # ...and the id the reply will get
+
+
+@dataclass(frozen=True)
 class SessionState:
     """An active session kept in the store: its size in bytes (as a file's), its last write
     (epoch s) and the lines of its replay window (the replies still in rolling memory)."""
@@ -184,6 +202,7 @@ class TurnCommit:
     # outbox, in the same commit
     inbound: ChannelMessage | None = None
     hold: str | None = None  # the turn's credit hold, released by the same commit
+    session: SessionWrite | None = None  # the turn's session lines, where the store keeps them
 
     @property
     def reply(self) -> str:
