@@ -87,8 +87,9 @@ class Settings:
                                       section="storage", env="CLOUDYBOT_DATABASE_POOL_SIZE",
                                       parse=options.positive_int)
     leader_retry_seconds: float = setting(
-        10.0, "with several processes, how often one that does not play a role (long polling "
-        "Telegram) asks whether its player died", section="storage",
+        10.0, "with several processes, how often each asks whether a role's player (the "
+        "Telegram poller) died, and takes over the messages of processes that died",
+        section="storage",
         env="CLOUDYBOT_LEADER_RETRY_SECONDS", parse=options.positive_float)
     host: str = setting("127.0.0.1", "listen address", section="server", env="CLOUDYBOT_HOST",
                         parse=options.name)
