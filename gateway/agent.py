@@ -251,8 +251,8 @@ class Agent:
                 NewMessage("assistant", reply, self.counter.count(reply))]
             session = self.sessions.with_commit(
                 ref.user_id, ref.thread_id, ref.session_key,
-                _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT], run, bill,
-                                rotation))
+                lambda: _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT],
+                                        run, bill, rotation))
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
                 charges=bill.charges, inbound=inbound, hold=bill.hold, session=session))

@@ -167,10 +167,10 @@ class Sessions(Protocol):
         reply from ``since_id`` on (the oldest message in rolling memory)."""
 
     def with_commit(self, user_id: str, thread_id: str, key: str,
-                    events: Sequence[dict[str, Any]]) -> SessionWrite | None:
-        """A turn's events (with the slot ids of ``gateway.store.records``) as lines the turn's
-        commit appends, where the store keeps sessions; None: :meth:`write_turn` them after
-        the commit instead."""
+                    events: Callable[[], Sequence[dict[str, Any]]]) -> SessionWrite | None:
+        """A turn's ``events()`` (with the slot ids of ``gateway.store.records``) as lines the
+        turn's commit appends, where the store keeps sessions; None (``events`` not called):
+        :meth:`write_turn` them after the commit instead."""
 
     async def write_turn(self, key: str, user_id: str, thread_id: str,
                          events: Sequence[dict[str, Any]],
@@ -398,7 +398,7 @@ class SessionStore:
             session.exchanges[exchange[0]] = exchange[1]
 
     def with_commit(self, user_id: str, thread_id: str, key: str,
-                    events: Sequence[dict[str, Any]]) -> None:
+                    events: Callable[[], Sequence[dict[str, Any]]]) -> None:
         """Files are appended after the commit (:meth:`write_turn`)."""
         return None
 

@@ -183,6 +183,7 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE inbox ADD COLUMN taken_by TEXT;
     ALTER TABLE outbox ADD COLUMN taken_by TEXT;
+    CREATE INDEX outbox_pending ON outbox(id) WHERE state = 'pending';
     """,
     # 4: agent sessions (JSONL semantics, see gateway.store.postgres_sessions)
     """

@@ -121,10 +121,10 @@ class PostgresSessions:
         return exchanges_of([e for e in events if isinstance(e, dict)], self.count_message)
 
     def with_commit(self, user_id: str, thread_id: str, key: str,
-                    events: Sequence[dict[str, Any]]) -> SessionWrite:
+                    events: Callable[[], Sequence[dict[str, Any]]]) -> SessionWrite:
         """The turn's lines for its commit: stored with the turn, atomically, in the same
         statement (no round trip of their own)."""
-        header, stamped = self._stamped(key, user_id, thread_id, events)
+        header, stamped = self._stamped(key, user_id, thread_id, events())
         return SessionWrite(user_id, thread_id, header,
                             [jsonio.dumps(event).decode() for event in stamped],
                             [replay_id(event) is not None for event in stamped])
