@@ -12,7 +12,6 @@ import base64
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -252,18 +251,20 @@ async def save_password(harness: Harness, auth: dict[str, str], password: str) -
     assert response.status == 200, await response.text()
 
 
-def session_texts(data_dir: Path) -> list[str]:
-    """Every session file's text, archives included."""
-    files = sorted((data_dir / "sessions").rglob("*.jsonl"))
-    assert files
-    return [path.read_text(encoding="utf-8") for path in files]
+async def session_texts(gateway: Any) -> list[str]:
+    """Every active session's JSONL, wherever sessions are kept (these turns never rotate)."""
+    sessions = gateway.sessions
+    texts = [(await sessions.export(active.key) or b"").decode("utf-8")
+             for active in await sessions.active_sessions()]
+    assert texts
+    return texts
 
 
 @pytest.mark.parametrize(("password", "ensure_ascii"), [
     (UMLAUT_PASSWORD, True), (UMLAUT_PASSWORD, False), (QUOTED_PASSWORD, True),
     (QUOTED_PASSWORD, False)])
 async def test_a_tool_called_with_the_password_leaks_it_nowhere(
-        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager, data_dir: Path,
+        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager,
         password: str, ensure_ascii: bool) -> None:
     seen: list[str] = []
 
@@ -290,11 +291,12 @@ async def test_a_tool_called_with_the_password_leaks_it_nowhere(
     assert seen == [password]  # the tool itself got the real password
     assert leaked(password, reply) == []
     assert json.loads(reply)["reply"].startswith("The tool said")
-    for text in session_texts(data_dir):
+    for text in await session_texts(harness.gateway):
         assert leaked(password, text) == []
         for line in text.splitlines():
             assert_no_form(password, json.loads(line))
-    events = [json.loads(line) for text in session_texts(data_dir) for line in text.splitlines()]
+    texts = await session_texts(harness.gateway)
+    events = [json.loads(line) for text in texts for line in text.splitlines()]
     calls = [c for e in events if e.get("type") == "tool_calls" for c in e["calls"]]
     assert [json.loads(c["arguments"]) for c in calls] == [{"timezone": REDACTED}]
     results = [e["content"] for e in events if e.get("type") == "tool_result"]
@@ -312,7 +314,7 @@ async def test_a_tool_called_with_the_password_leaks_it_nowhere(
 
 @pytest.mark.parametrize("password", ["function", "assistant", "tool_calls"])
 async def test_a_password_that_is_a_protocol_word_still_lets_tool_turns_complete(
-        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager, data_dir: Path,
+        start_gateway: Any, fake_llm: FakeLLM, pm: PluginManager,
         password: str) -> None:
     async def echo(arguments: dict[str, Any], context: ToolContext) -> Any:
         return {"echo": arguments["text"]}
@@ -330,7 +332,8 @@ async def test_a_password_that_is_a_protocol_word_still_lets_tool_turns_complete
     second = await harness.chat(auth, "and now?")  # replays the stored tool exchange
     assert second.status == 200, await second.text()
 
-    events = [json.loads(line) for text in session_texts(data_dir) for line in text.splitlines()]
+    texts = await session_texts(harness.gateway)
+    events = [json.loads(line) for text in texts for line in text.splitlines()]
     calls = [c for e in events if e.get("type") == "tool_calls" for c in e["calls"]]
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
         ("echo", {"text": REDACTED})]

@@ -22,6 +22,7 @@ from gateway.testing.slack import (
     slash_command_body,
 )
 from tests.conftest import Harness
+from tests.helpers import session_events
 
 PAYLOADS = Path(__file__).parent / "payloads"
 
@@ -69,8 +70,8 @@ async def test_dm_is_answered_in_the_dm(slack: Harness, fake_slack: FakeSlack,
     key = f"slack:{TEAM_ID}:D0LAN2Q65"
     thread = await slack.gateway.store.get_thread(key)
     assert thread is not None and thread.ref.user_id == f"slack:{TEAM_ID}:U061F7AUR"
-    session = slack.gateway.settings.sessions_dir / f"slack%3A{TEAM_ID}%3AD0LAN2Q65.jsonl"
-    assert json.loads(session.read_text().splitlines()[0])["key"] == key
+    [header, *_] = await session_events(slack.gateway, key)
+    assert header["key"] == key
 
 
 async def test_mention_is_answered_in_its_thread_and_followups_continue_it(

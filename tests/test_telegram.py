@@ -15,7 +15,7 @@ from gateway.inbound import PROVIDER_APOLOGY
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.telegram import SECRET, FakeTelegram, loads_param
 from tests.conftest import Harness
-from tests.helpers import until
+from tests.helpers import session_events, until
 
 PAYLOADS = Path(__file__).parent / "payloads"
 ADA = 777000111
@@ -53,8 +53,8 @@ async def test_private_message_is_answered_through_the_bot_api(
     thread = await tg.gateway.store.get_thread(f"telegram:{ADA}")
     assert thread is not None
     assert thread.ref.user_id == f"telegram:{ADA}"
-    session = tg.gateway.settings.sessions_dir / "telegram%3A777000111.jsonl"
-    assert json.loads(session.read_text().splitlines()[0])["key"] == f"telegram:{ADA}"
+    [header, *_] = await session_events(tg.gateway, f"telegram:{ADA}")
+    assert header["key"] == f"telegram:{ADA}"
     user = await tg.gateway.store.get_user(f"telegram:{ADA}")
     assert user is not None and user.plan == "free"
 

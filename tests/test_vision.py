@@ -10,6 +10,7 @@ from gateway.interfaces import Attachment
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
+from tests.helpers import session_bytes
 
 StartGateway = Callable[..., Awaitable[Harness]]
 PNG = b"\x89PNG\r\n\x1a\n" + b"picture-bytes" * 10
@@ -33,8 +34,8 @@ async def test_a_picture_reaches_a_vision_model_and_only_its_name_is_stored(
     page = await harness.gateway.store.display_page("loop:c1", 10, None)
     assert [m.content for m in page.messages if m.role == "user"] == [
         "[photo: cat.png] what is this?"]
-    session = (harness.gateway.settings.sessions_dir / "loop%3Ac1.jsonl").read_text()
-    assert base64.b64encode(PNG).decode()[:40] not in session
+    session = await session_bytes(harness.gateway, "loop:c1")
+    assert session is not None and base64.b64encode(PNG).decode()[:40].encode() not in session
     assert loop.texts() == ["echo: [photo: cat.png] what is this?"]
 
 
