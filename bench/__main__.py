@@ -218,6 +218,8 @@ def print_table(figures: dict[str, Any]) -> None:
         ("PostgreSQL, 1 process, x64", "scaleout_one_turns_per_s", "{:.0f} turns/s"),
         ("PostgreSQL, 2 processes, x64", "scaleout_two_turns_per_s", "{:.0f} turns/s"),
         ("  2 processes / 1", "scaleout_two_vs_one", "{:.2f}"),
+        ("  machine's cores busy, 1 process", "scaleout_one_busy", "{:.0%}"),
+        ("  machine's cores busy, 2 processes", "scaleout_two_busy", "{:.0%}"),
         ("PostgreSQL round trips per turn", "postgresql_round_trips_per_turn", "{:.2f}"),
     ], results)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def _env(tmp: Path, name: str, llm_url: str, database_url: str) -> dict[str, str
             "CLOUDYBOT_DATABASE_URL": database_url, "CLOUDYBOT_SECRET_KEY": SECRET,
             # the takeover check would add a few statements of its own to the count
             "CLOUDYBOT_LEADER_RETRY_SECONDS": "3600"}
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine so far (``/proc/stat``)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+async def _busy(work: Awaitable[LoadResult]) -> tuple[LoadResult, float]:
+    """Run a window; also return how busy the machine's cores were meanwhile (0-1)."""
+    busy_before, all_before = _machine_ticks()
+    result = await work
+    busy_after, all_after = _machine_ticks()
+    return result, (busy_after - busy_before) / max(1, all_after - all_before)
 
 
 async def _pair_window(pair: list[Server], token: str, window: Window,
@@ -103,24 +119,28 @@ async def run(quick: bool, tmp: Path, server_url: str) -> dict[str, Any]:
             for server, token in ((single, one_token), (pair[0], two_token),
                                   (pair[1], two_token)):
                 await warm_up(server, token, f"warm-{server.pid}")
-            one: list[LoadResult] = []
-            two: list[LoadResult] = []
+            one: list[tuple[LoadResult, float]] = []
+            two: list[tuple[LoadResult, float]] = []
             for round_number in range(rounds):
                 for which in ("one", "two") if round_number % 2 == 0 else ("two", "one"):
                     if which == "one":
-                        one.append(await drive_window(single, one_token, CONCURRENCY, window,
-                                                      per_worker(f"one-r{round_number}")))
+                        one.append(await _busy(drive_window(
+                            single, one_token, CONCURRENCY, window,
+                            per_worker(f"one-r{round_number}"))))
                     else:
-                        two.append(await _pair_window(pair, two_token, window,
-                                                      f"two-r{round_number}"))
+                        two.append(await _busy(_pair_window(pair, two_token, window,
+                                                            f"two-r{round_number}")))
             round_trips = await _round_trips(server_url, tmp)
     finally:
         for server in servers:
             server.stop()
         llm.stop()
-    one_rate = statistics.median(result.per_second for result in one)
-    two_rate = statistics.median(result.per_second for result in two)
+    one_rate = statistics.median(result.per_second for result, _ in one)
+    two_rate = statistics.median(result.per_second for result, _ in two)
     return {"scaleout_one_turns_per_s": one_rate, "scaleout_two_turns_per_s": two_rate,
             "scaleout_two_vs_one": two_rate / one_rate if one_rate else 0.0,
-            "scaleout_errors": float(sum(r.errors for r in one + two)),
+            "scaleout_one_busy": statistics.median(busy for _, busy in one),
+            "scaleout_two_busy": statistics.median(busy for _, busy in two),
+            "scaleout_one_gateway_cpu_us": statistics.median(r.cpu_us_per_turn for r, _ in one),
+            "scaleout_errors": float(sum(r.errors for r, _ in one + two)),
             "postgresql_round_trips_per_turn": round_trips}
