@@ -428,11 +428,9 @@ class Agent:
             return False
         request = summary_request(pending.summary, folded, settings.llm_model)
         counted = self.counter.messages(request.messages)
-        async with self.quotas.admit(pending.billed_user) as admission:  # before the balance
-            user = await self.store.get_user(pending.billed_user)
+        async with self.quotas.admit(pending.billed_user) as admission:
             try:
-                await admission.reserve(user.credits if user is not None else 0,
-                                        worst_case(settings, counted, request.max_tokens))
+                await admission.reserve_alone(worst_case(settings, counted, request.max_tokens))
             except (PaymentRequired, CreditsBusy):
                 log.info("summarization of %s postponed: the credits are spent or held by "
                          "turns in flight", pending.ref.session_key)

@@ -92,7 +92,7 @@ class Gateway:
         self._periodic: list[asyncio.Task[None]] = []  # the purge; the takeover (shared stores)
         self.accepting = False
         # Rate limits and credit holds: in this process's memory unless the store shares them.
-        self.quotas: Quotas = self.store.shared_quotas(settings) or LocalQuotas(clock)
+        self.quotas: Quotas = self.store.shared_quotas(settings) or LocalQuotas(self.store, clock)
         self._providers: dict[str, Provider] | None = None
         self._running: _Running | None = None
         self.channels: dict[str, Channel] = {}

@@ -25,6 +25,7 @@ from typing import Protocol
 from .billing import Admission as GuardAdmission
 from .billing import CreditGuard, RateLimiter, worst_case
 from .config import Settings
+from .store import Store
 from .store.records import Claim, Claimed, User
 
 # A hold of a process that died is forgotten after this long (each reservation renews it).
@@ -51,6 +52,10 @@ class Admission(Protocol):
         """Before a provider call: hold what was ``spent`` so far plus ``estimate`` (the call's
         worst case), or raise as :meth:`check` does."""
 
+    async def reserve_alone(self, estimate: int) -> None:
+        """Hold ``estimate`` for a call outside a turn (a summarization), against the
+        balance as it is now, or raise as :meth:`reserve` does."""
+
     def settle(self, charged: int) -> None:
         """``charged`` was committed, with :attr:`hold` released by the same commit."""
 
@@ -69,7 +74,8 @@ class Quotas(Protocol):
 class LocalQuotas:
     """Quotas of one process: the in-memory :class:`CreditGuard` and :class:`RateLimiter`."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.store = store
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
 
@@ -77,7 +83,7 @@ class LocalQuotas:
     async def admit(self, user_id: str) -> AsyncIterator[Admission]:
         """Admit a turn of ``user_id`` for the duration of the block."""
         with self.credit_guard.admit(user_id) as admission:
-            yield _LocalAdmission(self.rate_limiter, user_id, admission)
+            yield _LocalAdmission(self.store, self.rate_limiter, user_id, admission)
 
     def prune(self) -> None:
         """Forget users with no turn in the rate window."""
@@ -86,6 +92,7 @@ class LocalQuotas:
 
 @dataclass
 class _LocalAdmission:
+    store: Store
     limiter: RateLimiter
     user_id: str
     admission: GuardAdmission
@@ -102,6 +109,11 @@ class _LocalAdmission:
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Hold ``spent + estimate`` in this process's guard."""
         self.admission.reserve(balance, estimate, spent)
+
+    async def reserve_alone(self, estimate: int) -> None:
+        """Read the balance (after admission, as a turn does), then hold ``estimate``."""
+        user = await self.store.get_user(self.user_id)
+        self.admission.reserve(user.credits if user is not None else 0, estimate)
 
     def settle(self, charged: int) -> None:
         """The hold becomes the charge."""

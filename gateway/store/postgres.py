@@ -271,6 +271,29 @@ SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS wr
 assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN replaces
 
 
+# A summarization's commit, as one statement: its writes depend on the version check (the
+# thread's UPDATE returning a row); the hold is released whatever the check said.
+_COMMIT_SUMMARY = """
+WITH thread AS (
+  UPDATE threads SET summary = $1, summary_tokens = $2, summary_version = summary_version + 1
+  WHERE session_key = $3 AND summary_version = $4 RETURNING id),
+folded AS (
+  DELETE FROM messages WHERE thread = (SELECT id FROM thread) AND id <= $5),
+ledgered AS (
+  INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
+                      credits, minutes, created_at)
+  SELECT $6, $3, $8, $9, $10, $11, $12, $13, $14 FROM thread),
+billed AS (
+  UPDATE users SET credits = credits - CASE WHEN EXISTS (SELECT 1 FROM thread)
+                                            THEN $12::bigint ELSE 0 END,
+                   browser_minutes = browser_minutes - CASE WHEN EXISTS (SELECT 1 FROM thread)
+                                                            THEN $13::bigint ELSE 0 END,
+                   holds = holds - coalesce($7::text, '')
+  WHERE user_id = $6)
+SELECT EXISTS (SELECT 1 FROM thread)
+"""
+
+
 class _QueryConnection(asyncpg.Connection):  # type: ignore[misc]
     """A query pool's connection: handed back as it is. Store calls leave no session state
     (no LISTEN, no SET, no cursor, no advisory lock: those live on the lock pool), so the
@@ -783,24 +806,18 @@ class PostgresStore:
         await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
-        """Apply a summary if the thread is still at the expected version; False otherwise."""
+        """Apply a summary if the thread is still at the expected version (False otherwise),
+        in one statement: the summary, the folded messages gone, the charge, and (applied or
+        not) the summarization's credit hold released."""
         async def run(conn: Connection) -> bool:
-            if commit.hold is not None:  # applied or not, the summarization is over
-                await conn.execute(_RELEASE, commit.billed_user, commit.hold)
-            pk = await conn.fetchval(
-                "UPDATE threads SET summary = $1, summary_tokens = $2,"
-                " summary_version = summary_version + 1"
-                " WHERE session_key = $3 AND summary_version = $4 RETURNING id",
-                commit.summary, commit.summary_tokens, commit.session_key,
-                commit.expected_version)
-            if pk is None:
-                return False
-            await conn.execute("DELETE FROM messages WHERE thread = $1 AND id <= $2",
-                               pk, commit.folded_through_id)
-            await _charge(conn, commit.billed_user, commit.session_key, commit.charge,
-                          self._now())
-            return True
-        return await self._transaction(run)
+            charge = commit.charge
+            applied: bool = await conn.fetchval(
+                _COMMIT_SUMMARY, commit.summary, commit.summary_tokens, commit.session_key,
+                commit.expected_version, commit.folded_through_id, commit.billed_user,
+                commit.hold, charge.kind, charge.model, charge.prompt_tokens,
+                charge.completion_tokens, charge.credits, charge.minutes, self._now())
+            return applied
+        return await self._query(run)
 
     # --- durable inbox and outbox -------------------------------------------------------
     async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:

@@ -11,18 +11,21 @@ little credit left, concurrent turns of one user see ``credits_busy`` sooner her
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from ..billing import OUT_OF_CREDITS, CreditsBusy
 from ..config import Settings
-from ..errors import PaymentRequired, RateLimited
+from ..errors import PaymentRequired, RateLimited, Unavailable
 from ..quotas import HOLD_SECONDS, Admission, new_claim
 from .records import Claim, Claimed, User
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
+
+log = logging.getLogger(__name__)
 
 
 class SharedQuotas:
@@ -44,7 +47,11 @@ class SharedQuotas:
         try:
             yield admission
         finally:
-            await admission.release()
+            try:
+                await admission.release()
+            except Unavailable:  # the database is gone: the hold expires on its own
+                log.warning("cannot release a credit hold of %s; it expires in %g s",
+                            user_id, HOLD_SECONDS)
 
     def prune(self) -> None:
         """Nothing to do: each claim prunes the row it changes."""
@@ -95,6 +102,13 @@ class _SharedAdmission:
         if not claimed.held:
             _refuse(claimed.balance - spent)
         self._held = need
+
+    async def reserve_alone(self, estimate: int) -> None:
+        """Hold ``estimate`` against the balance the claim reads (one statement)."""
+        claimed = await self._hold(0, estimate)
+        if not claimed.held:
+            _refuse(claimed.balance)
+        self._held = estimate
 
     def settle(self, charged: int) -> None:
         """A commit released the hold with the charges."""
