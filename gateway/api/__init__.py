@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, chat, inspector, pinned, signin, threads
+from . import account, chat, inspector, openai_compat, pinned, signin, threads
 
 
 def api_routes() -> list[web.RouteDef]:
-    """Every ``/chat`` and ``/api/*`` route (all need a bearer token or a dashboard session)
-    and the dashboard's sign-in routes under ``/auth/``."""
+    """Every ``/chat``, ``/api/*`` and OpenAI-compatible ``/v1/*`` route (all need a bearer
+    token or a dashboard session) and the dashboard's sign-in routes under ``/auth/``."""
     return [
         web.post("/auth/session", signin.post_sign_in),
         web.get("/auth/login", signin.get_login_link),
@@ -36,4 +36,6 @@ def api_routes() -> list[web.RouteDef]:
         web.get("/api/specialists/{name}", account.get_specialist),
         web.put("/api/specialists/{name}", account.put_specialist),
         web.delete("/api/specialists/{name}", account.delete_specialist),
+        web.get("/v1/models", openai_compat.get_models),
+        web.post("/v1/chat/completions", openai_compat.post_chat_completions),
     ]

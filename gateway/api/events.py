@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -158,17 +158,26 @@ def _encode(events: Sequence[tuple[str, Any]]) -> bytes:
                     for event, data in events)
 
 
+async def wait_for_turn(turn: asyncio.Task[TurnResult],
+                        deltas: ReplyDeltas) -> AsyncIterator[list[str]]:
+    """The texts ``turn`` (running, feeding ``deltas``) writes, a batch every
+    ``FLUSH_SECONDS`` at most, until it ends; then read ``turn.result()``."""
+    turn.add_done_callback(deltas.finish)
+    while not turn.done():
+        await deltas.wait()
+        yield deltas.take()
+        await deltas.hold(FLUSH_SECONDS)
+    yield deltas.take()
+
+
 async def stream_turn(request: web.Request, turn: asyncio.Task[TurnResult],
                       deltas: ReplyDeltas,
                       answer: Callable[[TurnResult], dict[str, Any]]) -> web.StreamResponse:
     """Follow ``turn`` (already running, feeding ``deltas``) as events; ``answer(result)``
     builds the ``done`` object (what a non-streaming ``/chat`` answers)."""
     writer = EventWriter(request)
-    turn.add_done_callback(deltas.finish)
-    while not turn.done():
-        await deltas.wait()
-        await writer.send_all([event for text in deltas.take() for event in deltas.next(text)])
-        await deltas.hold(FLUSH_SECONDS)
+    async for texts in wait_for_turn(turn, deltas):
+        await writer.send_all([event for text in texts for event in deltas.next(text)])
     try:
         result = turn.result()
     except GatewayError as exc:

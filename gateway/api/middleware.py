@@ -17,6 +17,7 @@ from multidict import CIMultiDict
 
 from ..errors import BadRequest, Forbidden, GatewayError, RateLimited, Unauthorized
 from .keys import gateway_key, user_key, web_session_key
+from .openai_errors import openai_error
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -24,22 +25,26 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Statuses aiohttp raises by itself, as the API's error codes.
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
-AUTHENTICATED_PREFIXES = ("/chat", "/api/")
+AUTHENTICATED_PREFIXES = ("/chat", "/api/", "/v1/")
+OPENAI_PREFIX = "/v1/"  # errors there are worded as the OpenAI API words them
 SESSION_COOKIE = "cloudybot_session"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    """The API's error body: ``{"error": {"code", "message"}}``."""
-    return web.json_response({"error": {"code": code, "message": message}}, status=status,
-                             headers=headers)
+                   headers: dict[str, str] | None = None, openai: bool = False) -> web.Response:
+    """The API's error body: ``{"error": {"code", "message"}}``; with ``openai``, the OpenAI
+    API's (``{"error": {"message", "type", "code", "param"}}``)."""
+    body = openai_error(status, code, message) if openai \
+        else {"error": {"code": code, "message": message}}
+    return web.json_response(body, status=status, headers=headers)
 
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into a JSON error; never a traceback, never a bare 500 page."""
+    openai = request.path.startswith(OPENAI_PREFIX)
     try:
         return await handler(request)
     except GatewayError as exc:
@@ -48,26 +53,27 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         if exc.status >= 500:
             log.error("%s %s failed: %s", request.method, request.path, exc.message)
-        return error_response(exc.status, exc.code, exc.message, headers)
+        return error_response(exc.status, exc.code, exc.message, headers, openai)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, "http_error")
         message = exc.reason if exc.status != 413 else "request body too large"
-        return error_response(exc.status, code, message)
+        return error_response(exc.status, code, message, openai=openai)
     except (HttpProcessingError, web.RequestPayloadError):
         # A body aiohttp could not decode (bad chunking, bad gzip): the rest of the stream
         # cannot be trusted.
         return await _answer_and_close(
-            request, error_response(400, "invalid_body", "the request body is malformed"))
+            request, error_response(400, "invalid_body", "the request body is malformed",
+                                    openai=openai))
     except UnicodeError as exc:
         # Text from the request that is not UTF-8 reached code that encodes or decodes it.
         log.warning("%s %s: %s", request.method, request.path, exc)
         return error_response(400, "invalid_encoding", "the request holds text that is not "
-                              "valid UTF-8")
+                              "valid UTF-8", openai=openai)
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
-        return error_response(500, "internal_error", "internal error")
+        return error_response(500, "internal_error", "internal error", openai=openai)
 
 
 def _is_text(value: str) -> bool:

@@ -1,0 +1,180 @@
+"""The OpenAI-compatible endpoint (SPEC §16): ``POST /v1/chat/completions`` and
+``GET /v1/models``, so that the official ``openai`` SDKs talk to the gateway unchanged.
+
+The user's API token is the API key. The thread is named by ``X-CloudyBot-Thread`` or
+``metadata.thread_id``; the request's last ``user`` message is the turn's message and the
+thread's memory supplies the rest, exactly as for ``/chat`` (earlier messages in the request are
+not stored). Errors are OpenAI-shaped (``{"error": {"message", "type", "code"}}``, see the
+errors middleware).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .. import jsonio, validation
+from ..agent import TurnResult
+from ..errors import BadRequest, GatewayError, NotFound
+from .context import caller
+from .events import ReplyDeltas, wait_for_turn
+from .middleware import read_json_object
+from .openai_errors import openai_error
+
+PREFIX = "/v1/"
+THREAD_HEADER = "X-CloudyBot-Thread"
+SPECIALIST_MODEL_PREFIX = "cloudybot/"
+async def get_models(request: web.Request) -> web.Response:
+    """The configured model, and one ``cloudybot/{name}`` model per specialist of the user."""
+    gateway, user = caller(request)
+    specialists = await gateway.store.list_specialists(user.user_id)
+    names = [gateway.settings.llm_model,
+             *(SPECIALIST_MODEL_PREFIX + name for name in sorted(specialists))]
+    return web.json_response({"object": "list", "data": [
+        {"id": name, "object": "model", "created": 0, "owned_by": "cloudybot"}
+        for name in names]})
+
+
+def _message(messages: object, limit: int) -> str:
+    """The text of the last ``user`` message (a string, or text parts)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty array", code="invalid_messages")
+    last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                None)
+    if last is None:
+        raise BadRequest("messages holds no user message", code="invalid_messages")
+    content = last.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(part, dict) for part in content):
+            raise BadRequest("a content part must be an object", code="invalid_messages")
+        content = "\n".join(part["text"] for part in content
+                            if part.get("type") == "text" and isinstance(part.get("text"), str))
+    return validation.text(content, "message", limit)
+
+
+def _thread(request: web.Request, body: dict[str, object]) -> object:
+    header = request.headers.get(THREAD_HEADER)
+    if header is not None:
+        return header
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and "thread_id" in metadata:
+        return metadata["thread_id"]
+    raise BadRequest(f"name the thread: the {THREAD_HEADER} header or metadata.thread_id",
+                     code="missing_thread")
+
+
+def _specialist(model: object, configured: str) -> str | None:
+    if model is None or model == configured:
+        return None
+    if isinstance(model, str) and model.startswith(SPECIALIST_MODEL_PREFIX):
+        return validation.name(model[len(SPECIALIST_MODEL_PREFIX):], "specialist")
+    raise NotFound(f"the model {model!r} does not exist: use {configured!r} or "
+                   f"'{SPECIALIST_MODEL_PREFIX}<specialist>'", code="model_not_found")
+
+
+def _usage(result: TurnResult) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}
+
+
+async def post_chat_completions(request: web.Request) -> web.StreamResponse:
+    """One turn of the named thread, answered as an OpenAI chat completion (or its chunks)."""
+    gateway, user = caller(request)
+    body = await read_json_object(request)
+    ref = await gateway.resolve_thread(user.user_id, _thread(request, body))
+    message = _message(body.get("messages"), gateway.settings.max_message_chars)
+    model = body.get("model")
+    specialist = _specialist(model, gateway.settings.llm_model)
+    shown_model = model if isinstance(model, str) else gateway.settings.llm_model
+    completion_id = f"chatcmpl-{secrets.token_hex(12)}"
+    created = int(time.time())
+    if body.get("stream") is not True:
+        result = await gateway.chat(user.user_id, ref, message, specialist)
+        return web.json_response({
+            "id": completion_id, "object": "chat.completion", "created": created,
+            "model": shown_model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.reply},
+                         "finish_reason": "stop", "logprobs": None}],
+            "usage": _usage(result)})
+    options = body.get("stream_options")
+    with_usage = isinstance(options, dict) and options.get("include_usage") is True
+    deltas = ReplyDeltas()
+    turn = gateway.spawn(gateway.chat(user.user_id, ref, message, specialist,
+                                      on_text=deltas.on_text))
+    chunks = _Chunks(request, completion_id, created, shown_model)
+    try:
+        async for texts in wait_for_turn(turn, deltas):
+            if texts:  # each is the reply so far: the last says all
+                await chunks.text(texts[-1])
+        result = turn.result()
+    except GatewayError as exc:
+        if not chunks.started:
+            raise
+        return await chunks.finish([openai_error(exc.status, exc.code, exc.message)])
+    await chunks.text(result.reply)
+    last = [chunks.chunk({}, "stop")]
+    if with_usage:
+        last.append({**chunks.chunk({}, None), "choices": [], "usage": _usage(result)})
+    return await chunks.finish(last)
+
+
+class _Chunks:
+    """The stream of ``chat.completion.chunk`` objects as Server-Sent Events ending in
+    ``data: [DONE]``. A reply that starts over (text written before a tool round) cannot be
+    taken back in OpenAI's format: what follows is sent once it continues what was sent."""
+
+    def __init__(self, request: web.Request, completion_id: str, created: int,
+                 model: str) -> None:
+        self.request = request
+        self.base = {"id": completion_id, "object": "chat.completion.chunk",
+                     "created": created, "model": model}
+        self.sent = ""
+        self.response: web.StreamResponse | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the stream's headers went out."""
+        return self.response is not None
+
+    def chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        """One chunk object."""
+        return {**self.base, "choices": [{"index": 0, "delta": delta,
+                                          "finish_reason": finish, "logprobs": None}]}
+
+    async def text(self, text: str) -> None:
+        """Send what ``text`` adds to what was sent."""
+        shown = text.strip()
+        if not shown.startswith(self.sent) or shown == self.sent:
+            return
+        delta = {"content": shown[len(self.sent):]}
+        if not self.sent:
+            delta = {"role": "assistant", **delta}
+        self.sent = shown
+        await self._write([self.chunk(delta, None)])
+
+    async def finish(self, last: list[dict[str, Any]]) -> web.StreamResponse:
+        """The last objects, then ``[DONE]``."""
+        await self._write(last, done=True)
+        assert self.response is not None
+        return self.response
+
+    async def _write(self, objects: list[dict[str, Any]], done: bool = False) -> None:
+        data = b"".join(b"data: " + jsonio.dumps(obj) + b"\n\n" for obj in objects)
+        if done:
+            data += b"data: [DONE]\n\n"
+        try:
+            if self.response is None:
+                self.response = web.StreamResponse(headers={
+                    "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                    "X-Accel-Buffering": "no"})
+                await self.response.prepare(self.request)
+            if done:
+                await self.response.write_eof(data)
+            else:
+                await self.response.write(data)
+        except (ConnectionError, RuntimeError):  # the client went away; the turn goes on
+            pass
