@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.testing.fake_llm import FakeLLM
+from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
 
 THREAD = {"X-CloudyBot-Thread": "sdk-thread"}
@@ -163,3 +163,21 @@ async def test_bad_bodies_are_400_not_500(harness: Harness) -> None:
         assert response.status == 400, body
         error = (await response.json())["error"]
         assert set(error) == {"message", "type", "code", "param"}
+
+
+async def test_a_stream_whose_reply_starts_over_ends_with_the_stored_reply(
+        harness: Harness, fake_llm: FakeLLM) -> None:
+    client = await async_client(harness, await token_of(harness))
+    fake_llm.script += [
+        Scripted(body=tool_call_completion([("call_1", "calculator", '{"expression": "2+3"}')],
+                                           content="Let me check.")),
+        Scripted(body=completion("It is 5."))]
+    stream = await client.chat.completions.create(
+        model=harness.gateway.settings.llm_model, extra_headers=THREAD, stream=True,
+        messages=[{"role": "user", "content": "what is 2+3?"}])
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    # What was shown cannot be taken back; the stored reply follows it, whole.
+    assert text == "Let me check.\n\nIt is 5."
+    page = await harness.gateway.store.display_page("alice--sdk-thread", 10, None)
+    assert page.messages[-1].content == "It is 5."

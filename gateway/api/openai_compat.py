@@ -115,7 +115,7 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
         if not chunks.started:
             raise
         return await chunks.finish([openai_error(exc.status, exc.code, exc.message)])
-    await chunks.text(result.reply)
+    await chunks.last_text(result.reply)
     last = [chunks.chunk({}, "stop")]
     if with_usage:
         last.append({**chunks.chunk({}, None), "choices": [], "usage": _usage(result)})
@@ -125,7 +125,8 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
 class _Chunks:
     """The stream of ``chat.completion.chunk`` objects as Server-Sent Events ending in
     ``data: [DONE]``. A reply that starts over (text written before a tool round) cannot be
-    taken back in OpenAI's format: what follows is sent once it continues what was sent."""
+    taken back in OpenAI's format: the stream pauses, and the finished reply follows what was
+    sent after a blank line."""
 
     def __init__(self, request: web.Request, completion_id: str, created: int,
                  model: str) -> None:
@@ -146,14 +147,24 @@ class _Chunks:
                                           "finish_reason": finish, "logprobs": None}]}
 
     async def text(self, text: str) -> None:
-        """Send what ``text`` adds to what was sent."""
+        """Send what ``text`` (the reply so far) adds to what was sent."""
         shown = text.strip()
-        if not shown.startswith(self.sent) or shown == self.sent:
-            return
-        delta = {"content": shown[len(self.sent):]}
+        if shown.startswith(self.sent) and shown != self.sent:
+            await self._send(shown[len(self.sent):], shown)
+
+    async def last_text(self, reply: str) -> None:
+        """The finished reply: the rest of it, or (it started over) all of it, after a
+        blank line."""
+        if reply.startswith(self.sent):
+            await self.text(reply)
+        else:
+            await self._send("\n\n" + reply, reply)
+
+    async def _send(self, content: str, now_sent: str) -> None:
+        delta: dict[str, Any] = {"content": content}
         if not self.sent:
             delta = {"role": "assistant", **delta}
-        self.sent = shown
+        self.sent = now_sent
         await self._write([self.chunk(delta, None)])
 
     async def finish(self, last: list[dict[str, Any]]) -> web.StreamResponse:
