@@ -25,7 +25,9 @@ gateway's CPU per turn read from its own process counters, not throughput:
     turn with channel streaming on vs off;
 11. the dashboard (bench/dashboard.py): ``/chat`` as Server-Sent Events, the model's first
     piece to the client's first delta and server CPU per streamed turn vs a plain one; the
-    thread view's first page for a 10,000-message thread vs a 100-message one.
+    thread view's first page for a 10,000-message thread vs a 100-message one;
+12. the OpenAI-compatible endpoint (bench/openai_compat.py): server CPU per turn through
+    ``POST /v1/chat/completions`` vs ``POST /chat`` on the same server, windows interleaved.
 
 ``--quick`` (CI's smoke run) uses short windows, one round and smaller sets: its figures are
 indicative only.
@@ -54,6 +56,7 @@ from bench import (
     cpu,
     dashboard,
     growth,
+    openai_compat,
     postgres,
     scaleout,
     sessions,
@@ -84,6 +87,8 @@ TARGETS = {
     "postgresql_vs_sqlite_1": ("<=", 1.5),
     "postgresql_vs_sqlite_8": ("<=", 1.5),
     "scaleout_two_vs_one": (">=", 1.25),
+    # issue 12: the OpenAI-compatible endpoint costs about what /chat costs
+    "v1_vs_chat_cpu": ("<=", 1.1),
     "postgresql_round_trips_per_turn": ("<=", 4.0),
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
@@ -300,6 +305,11 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  p95 (10,000)", "thread_view_p95_ms", "{:.2f} ms"),
         ("  10,000 / 100", "thread_view_ratio", "{:.2f}"),
     ], results)
+    _value_rows(figures, [
+        ("CPU per turn, POST /v1/chat/completions, x8", "v1_cpu_us", "{:.0f} µs"),
+        ("CPU per turn, POST /chat beside it, x8", "chat_cpu_us_beside_v1", "{:.0f} µs"),
+        ("  /v1 / /chat", "v1_vs_chat_cpu", "{:.2f}"),
+    ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
     if quick:
@@ -345,6 +355,7 @@ async def run(quick: bool, against: str | None,
         await section("channel", lambda: channel.run(quick, tmp))
         await section("streaming", lambda: streaming.run(quick, tmp))
         await section("dashboard", lambda: dashboard.run(quick, tmp))
+        await section("openai-compatible", lambda: openai_compat.run(quick, tmp))
     figures["section_s"] = durations
     figures["total_s"] = time.perf_counter() - started
     return figures

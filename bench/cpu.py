@@ -93,12 +93,19 @@ def per_worker(prefix: str) -> Callable[[int], str]:
     return lambda worker: f"{prefix}-{worker}"
 
 
+def chat_request(thread: str) -> tuple[str, dict[str, Any]]:
+    """A ``/chat`` turn on ``thread``: its path and body."""
+    return "/chat", {"threadId": thread, "message": MESSAGE}
+
+
 async def drive_window(server: Server, token: str, concurrency: int, window: Window,
                        thread_for: Callable[[int], str],
                        companion: Companion | None = None,
+                       request_for: Callable[[str], tuple[str, dict[str, Any]]] = chat_request,
                        ) -> LoadResult:
-    """``concurrency`` workers send ``/chat`` turns, each waiting for its answer before its
-    next; ``thread_for(worker)`` names the thread of each turn. Every worker first sends one
+    """``concurrency`` workers send turns (``/chat`` unless ``request_for(thread)`` gives
+    another path and body), each waiting for its answer before its next;
+    ``thread_for(worker)`` names the thread of each turn. Every worker first sends one
     warm-up turn (connections open, threads exist); then the server's CPU counters are read,
     the window runs, and they are read again once every turn started in it has answered.
 
@@ -111,8 +118,8 @@ async def drive_window(server: Server, token: str, concurrency: int, window: Win
                                      headers=headers) as session:
         async def turn(worker: int) -> float:
             started = time.perf_counter()
-            async with session.post("/chat", json={"threadId": thread_for(worker),
-                                                   "message": MESSAGE}) as answer:
+            path, body = request_for(thread_for(worker))
+            async with session.post(path, json=body) as answer:
                 await answer.read()
                 if answer.status != 200:
                     result.errors += 1

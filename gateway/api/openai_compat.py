@@ -94,12 +94,12 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     created = int(time.time())
     if body.get("stream") is not True:
         result = await gateway.chat(user.user_id, ref, message, specialist)
-        return web.json_response({
+        return web.Response(body=jsonio.dumps({
             "id": completion_id, "object": "chat.completion", "created": created,
             "model": shown_model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result.reply},
                          "finish_reason": "stop", "logprobs": None}],
-            "usage": _usage(result)})
+            "usage": _usage(result)}), content_type="application/json")
     options = body.get("stream_options")
     with_usage = isinstance(options, dict) and options.get("include_usage") is True
     deltas = ReplyDeltas()
