@@ -128,15 +128,16 @@ class EventWriter:
     async def send_all(self, events: list[tuple[str, Any]]) -> None:
         """Several events in one write."""
         if events:
-            await self._write(_encode(events))
+            await self.write(_encode(events))
 
     async def finish(self, events: Sequence[tuple[str, Any]] = ()) -> web.StreamResponse:
         """Send the last ``events`` and end the stream, in one write; return the response."""
-        await self._write(_encode(events), last=True)
+        await self.write(_encode(events), last=True)
         assert self.response is not None
         return self.response
 
-    async def _write(self, data: bytes, last: bool = False) -> None:
+    async def write(self, data: bytes, last: bool = False) -> None:
+        """Write ``data`` (already encoded events), ending the stream if ``last``."""
         if self.gone:
             return
         try:

@@ -20,7 +20,7 @@ from .. import jsonio, validation
 from ..agent import TurnResult
 from ..errors import BadRequest, GatewayError, NotFound
 from .context import caller
-from .events import ReplyDeltas, wait_for_turn
+from .events import EventWriter, ReplyDeltas, wait_for_turn
 from .middleware import read_json_object
 from .openai_errors import openai_error
 
@@ -130,16 +130,15 @@ class _Chunks:
 
     def __init__(self, request: web.Request, completion_id: str, created: int,
                  model: str) -> None:
-        self.request = request
         self.base = {"id": completion_id, "object": "chat.completion.chunk",
                      "created": created, "model": model}
         self.sent = ""
-        self.response: web.StreamResponse | None = None
+        self.writer = EventWriter(request)  # the stream itself, as /chat's
 
     @property
     def started(self) -> bool:
         """Whether the stream's headers went out."""
-        return self.response is not None
+        return self.writer.started
 
     def chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
         """One chunk object."""
@@ -170,22 +169,9 @@ class _Chunks:
     async def finish(self, last: list[dict[str, Any]]) -> web.StreamResponse:
         """The last objects, then ``[DONE]``."""
         await self._write(last, done=True)
-        assert self.response is not None
-        return self.response
+        assert self.writer.response is not None
+        return self.writer.response
 
     async def _write(self, objects: list[dict[str, Any]], done: bool = False) -> None:
         data = b"".join(b"data: " + jsonio.dumps(obj) + b"\n\n" for obj in objects)
-        if done:
-            data += b"data: [DONE]\n\n"
-        try:
-            if self.response is None:
-                self.response = web.StreamResponse(headers={
-                    "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                    "X-Accel-Buffering": "no"})
-                await self.response.prepare(self.request)
-            if done:
-                await self.response.write_eof(data)
-            else:
-                await self.response.write(data)
-        except (ConnectionError, RuntimeError):  # the client went away; the turn goes on
-            pass
+        await self.writer.write(data + b"data: [DONE]\n\n" if done else data, last=done)
