@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import webhook_events
 from .accounts import Accounts
 from .billing import (
     CreditsBusy,
@@ -50,6 +51,7 @@ from .store import (
     TurnCommit,
     TurnState,
     TurnWritten,
+    User,
 )
 from .store.records import REPLY_SLOT, USER_MESSAGE_SLOT
 from .summaries import accept_summary, fold_point, summary_request
@@ -93,6 +95,7 @@ class PendingSummary:
     version: int
     messages: list[StoredMessage]
     credits: int  # the billed user's balance after the turn
+    low_credits: int | None = None  # the billed user's credits.low threshold
 
 
 @dataclass
@@ -167,7 +170,8 @@ class Agent:
         bill = TurnBill(self.settings, admission, balance)
         run = _AgentRun()
         reply, written, new_messages, in_commit = await self._run_and_commit(
-            turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation)
+            turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation,
+            self._low_credits(state.user))
         spent = bill.settle()
         if not in_commit:
             await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
@@ -177,6 +181,11 @@ class Agent:
         result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
                             summarized=pending is not None, session_rotated=new_session)
         return result, pending
+
+    def _low_credits(self, user: User) -> int | None:
+        """The balance under which the user's credits are low (``credits.low``)."""
+        plan = self.settings.plans.get(user.plan)
+        return webhook_events.low_credits_threshold(plan.credits) if plan else None
 
     async def _begin_session(self, ref: ThreadRef,
                              state: TurnState) -> tuple[Rotation | None, bool]:
@@ -235,11 +244,14 @@ class Agent:
                               inbound: ChannelMessage | None, prompt: Prompt,
                               secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
                               on_text: TextSink | None, rotation: Rotation | None,
+                              low_credits: int | None,
                               ) -> tuple[str, TurnWritten, list[NewMessage], bool]:
         """The agent's calls, then the turn in one transaction: the reply, the ids written,
         the two messages written, and whether the session's lines went with them (sessions
         kept in the store). On any failure nothing of the turn is stored, but the calls that
-        did answer (a chat call before a failed tool round) are still charged."""
+        did answer (a chat call before a failed tool round) are still charged. The commit
+        carries the turn's webhook events (the reply; the rotation it began with) and, under
+        ``low_credits``, ``credits.low``."""
         try:
             await self._run_agent(turn, prompt, secrets, bill, run, on_text)
             reply = redact(run.text, secrets).strip()
@@ -253,9 +265,14 @@ class Agent:
                 ref.user_id, ref.thread_id, ref.session_key,
                 lambda: _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT],
                                         run, bill, rotation))
+            events = [webhook_events.message_created(ref, reply, bill.charges)]
+            if rotation is not None:
+                events.insert(0, webhook_events.session_rotated(ref, rotation.reason,
+                                                                rotation.name))
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
-                charges=bill.charges, inbound=inbound, hold=bill.hold, session=session))
+                charges=bill.charges, inbound=inbound, hold=bill.hold, session=session,
+                events=tuple(events), low_credits=low_credits))
         except BaseException:
             if bill.charges:
                 await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
@@ -296,7 +313,8 @@ class Agent:
         return PendingSummary(ref, state.user.user_id, secrets,
                               summary=thread.summary if thread else "",
                               version=thread.summary_version if thread else 0,
-                              messages=[*state.messages, *stored], credits=credits)
+                              messages=[*state.messages, *stored], credits=credits,
+                              low_credits=self._low_credits(state.user))
 
     # --- the agent loop ----------------------------------------------------------------------
     async def _run_agent(self, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
@@ -452,6 +470,8 @@ class Agent:
                 folded_through_id=folded[-1].id,
                 charge=charge,
                 hold=admission.hold,
+                events=(webhook_events.thread_summarized(pending.ref, summary, len(folded)),),
+                low_credits=pending.low_credits,
             ))
             admission.settle(charge.credits if applied else 0)  # a discarded one is free
         if applied:

@@ -105,6 +105,10 @@ class Settings:
         25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next "
         "start", section="server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS",
         parse=options.count_float)
+    cors_origins: tuple[str, ...] = setting(
+        (), "web origins (comma-separated, or *) whose pages may call the API from a browser; "
+        "none by default", section="server", env="CLOUDYBOT_CORS_ORIGINS",
+        parse=options.origins)
     access_log: bool = setting(False, "log one line per HTTP request (off by default: it costs "
                                "~8% of a turn's CPU)", section="server",
                                env="CLOUDYBOT_ACCESS_LOG")
@@ -156,6 +160,21 @@ class Settings:
     delivery_retry_hours: float = setting(
         24.0, "a reply the platform refuses for a passing reason is retried for this long",
         section="channels", env="CLOUDYBOT_DELIVERY_RETRY_HOURS",
+        parse=options.positive_float)
+    webhooks_retry_seconds: tuple[float, ...] = setting(
+        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
+        "delays (s) after each failed webhook attempt, with jitter; after the last, the "
+        "delivery fails", key="retry_seconds", section="webhooks",
+        env="CLOUDYBOT_WEBHOOKS_RETRY_SECONDS", parse=options.delays)
+    webhooks_allow_private: bool = setting(
+        False, "let webhooks go to loopback, private, link-local and metadata addresses",
+        key="allow_private", section="webhooks", env="CLOUDYBOT_WEBHOOKS_ALLOW_PRIVATE")
+    webhooks_concurrency: int = setting(
+        4, "deliveries in flight at once per webhook endpoint", key="concurrency",
+        section="webhooks", env="CLOUDYBOT_WEBHOOKS_CONCURRENCY", parse=options.positive_int)
+    webhooks_timeout_seconds: float = setting(
+        10.0, "an endpoint that has not answered 2xx by then has failed the attempt",
+        key="timeout_seconds", section="webhooks", env="CLOUDYBOT_WEBHOOKS_TIMEOUT_SECONDS",
         parse=options.positive_float)
     channel_streaming: bool = setting(True, "show channel replies growing while the model "
                                       "writes (where the channel can)", key="streaming",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import hooks, validation
+from . import hooks, validation, webhook_events
 from .accounts import Accounts
 from .agent import Agent, PendingSummary, TurnResult
 from .commands import ChatCommand, Command, index_commands, run_command
@@ -31,6 +31,7 @@ from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, Thr
 from .store.backends import store_for
 from .tokens import TokenCounter
 from .tools import Tool, Toolbox
+from .webhooks import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
         self.outbox = Outbox(self)
+        self.webhooks = WebhookDispatcher(self)
+        self.store.webhooks_queued = self.webhooks.queued
         self._started = False
         # Set when stop() begins: waits (delivery backoff, rate limits) end at once, leaving
         # their work in the inbox/outbox for the next start.
@@ -134,11 +137,13 @@ class Gateway:
             # queued before any new message can arrive, so arrival order holds.
             await self.outbox.recover()
             await self.inbox.recover()
+            await self.webhooks.recover()
             self.accepting = True
             for channel in self.channels.values():
                 if channel.enabled:
                     await channel.start()
             self.outbox.open()
+            self.webhooks.start()
             self._started = True
             loop = asyncio.get_running_loop()
             if self.settings.purge_interval_minutes > 0:
@@ -187,6 +192,7 @@ class Gateway:
         for task in periodic:
             task.cancel()
         await asyncio.gather(*periodic, return_exceptions=True)
+        await self.webhooks.stop()
         for channel in self.channels.values():
             try:
                 await channel.stop()
@@ -210,6 +216,7 @@ class Gateway:
                 await channel.close()
             except Exception:
                 log.exception("channel %r failed to close", channel.name)
+        await self.webhooks.close()
         if self._running is not None:
             await self._running.provider.close()
         await self.store.close()
@@ -294,7 +301,8 @@ class Gateway:
 
     async def _take_over_periodically(self) -> None:
         """With several processes: every ``CLOUDYBOT_LEADER_RETRY_SECONDS``, take over the
-        replies and the unanswered messages of processes that died (the store knows)."""
+        replies, unanswered messages and webhook deliveries of processes that died (the store
+        knows)."""
         while not self.stopping.is_set():
             await self.pause(self.settings.leader_retry_seconds)
             if self.stopping.is_set():
@@ -302,6 +310,7 @@ class Gateway:
             try:
                 await self.outbox.recover()
                 await self.inbox.recover()
+                await self.webhooks.recover()
             except Exception:
                 log.exception("cannot take over the work of stopped processes; will try again")
 
@@ -356,14 +365,14 @@ class Gateway:
         """Empty the summary and messages; pinned keys and the display transcript stay."""
         async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
-            await self.store.clear_thread(ref.session_key)
+            await self.store.clear_thread(ref.session_key, (webhook_events.thread_cleared(ref),))
             await self.sessions.end(ref.session_key, "cleared")
 
     async def delete_thread(self, ref: ThreadRef) -> None:
         """Remove the conversation, its display transcript and its pinned keys."""
         async with self.locks.hold(ref.session_key):
             await self.existing_thread(ref)
-            await self.store.delete_thread(ref.session_key)
+            await self.store.delete_thread(ref.session_key, (webhook_events.thread_deleted(ref),))
             await self.sessions.end(ref.session_key, "deleted")
 
     # --- channels --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import re
 import ssl
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import cast
 from urllib.parse import quote, urlsplit
@@ -75,6 +75,8 @@ class HTTPClient:
     body read whole larger than ``max_body_bytes``, or a line longer than ``max_line_bytes``
     is a :class:`ResponseTooLarge`. A body read by lines has no total limit (it is held a line
     at a time, reading paused while the reader lags): the caller's timeout ends it.
+    ``connect_address``, if given, picks the address each new connection goes to (and may
+    refuse by raising): it is how a caller checks the very address connected to.
     """
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
@@ -83,7 +85,9 @@ class HTTPClient:
                  keepalive_seconds: float = KEEPALIVE_SECONDS,
                  max_head_bytes: int = MAX_HEAD_BYTES,
                  max_body_bytes: int = MAX_BODY_BYTES,
-                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+                 max_line_bytes: int = MAX_LINE_BYTES,
+                 connect_address: Callable[[str, int], Awaitable[str]] | None = None,
+                 ) -> None:
         parts = urlsplit(base_url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
@@ -113,10 +117,12 @@ class HTTPClient:
         self._idle: deque[_Connection] = deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+        self._connect_address = connect_address
 
     def post(self, path: str, body: bytes,
              headers: Mapping[str, str] | None = None) -> _Exchange:
-        """POST ``body`` (JSON) to the base URL's path + ``path``; use as ``async with``.
+        """POST ``body`` (JSON) to the base URL's path + ``path`` (``""``: the base URL itself);
+        use as ``async with``.
 
         Entering sends the request and waits for the response's head; the
         :class:`Response` it gives is valid until the block ends. ``headers`` are added to
@@ -153,7 +159,9 @@ class HTTPClient:
 
     def _build_head(self, path: str, headers: Mapping[str, str]) -> bytes:
         """The request head up to and including ``Content-Length: `` (its value is per call)."""
-        target = f"{self._prefix}/{quote(path.lstrip('/'), safe=_PATH_SAFE)}{self._query}"
+        tail = f"/{quote(path.lstrip('/'), safe=_PATH_SAFE)}" if path else ""
+        target = f"{self._prefix}{tail}" or "/"
+        target += self._query
         lines = [f"POST {target} HTTP/1.1", f"Host: {self._host_header}",
                  "Content-Type: application/json",
                  *(f"{name}: {value}" for name, value in headers.items())]
@@ -202,9 +210,12 @@ class HTTPClient:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         connection = _Connection(loop, self._limits)
+        host = self._host
+        if self._connect_address is not None:
+            host = await self._connect_address(host, self._port)
         try:
             await loop.create_connection(
-                lambda: connection, self._host, self._port, ssl=self._ssl,
+                lambda: connection, host, self._port, ssl=self._ssl,
                 server_hostname=self._host if self._ssl is not None else None)
         except OSError as exc:  # refused, unreachable, no such host, TLS failures
             raise ConnectionFailed(f"cannot connect to {self.origin}: {exc}") from exc

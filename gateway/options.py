@@ -159,6 +159,29 @@ def choice(*allowed: str) -> Callable[[Any], str]:
     return parse
 
 
+def delays(raw: Any) -> tuple[float, ...]:
+    """Comma-separated seconds, each a finite number >= 0 (a TOML array of numbers too)."""
+    items = raw if isinstance(raw, list) else text(raw).split(",")
+    try:
+        values = tuple(count_float(str(item).strip()) for item in items if str(item).strip())
+    except ValueError:
+        raise ValueError("must be comma-separated numbers of seconds, each >= 0") from None
+    return values
+
+
+def origins(raw: Any) -> tuple[str, ...]:
+    """Comma-separated web origins (``https://dash.example.com``) or ``*`` (a TOML array
+    too); none by default."""
+    items = raw if isinstance(raw, list) else text(raw).split(",")
+    values = tuple(str(item).strip().rstrip("/") for item in items if str(item).strip())
+    for value in values:
+        scheme, sep, host = value.partition("://")
+        if value != "*" and not (sep and scheme in ("http", "https") and host
+                                 and "/" not in host):
+            raise ValueError(f"{value!r} is not an origin (scheme://host[:port]) or '*'")
+    return values
+
+
 _BY_TYPE: dict[Any, Callable[[Any], Any]] = {str: text, int: integer, float: number,
                                              bool: flag, Path: path}
 

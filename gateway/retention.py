@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from . import webhook_events
 from .config import Settings
 from .locks import KeyedLocks
 from .quotas import Quotas
@@ -92,7 +93,8 @@ class Retention:
             thread = await self.store.get_thread(session_key)
             if thread is None or thread.updated_at > last_update:
                 return False, 0
-            await self.store.delete_thread(session_key)
+            await self.store.delete_thread(
+                session_key, (webhook_events.thread_deleted(thread.ref, "retention"),))
             return True, await self.sessions.remove(session_key)
 
     async def _sweep_orphans(self, report: PurgeReport) -> None:

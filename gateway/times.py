@@ -42,3 +42,8 @@ def month_of(epoch: float) -> str:
         month = first.strftime("%Y-%m")
         _month = (first.timestamp(), after.timestamp(), month)
     return month
+
+
+def epoch_of(stamp: str) -> float:
+    """An ISO-8601 time (as :func:`iso` writes it) in epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -7,7 +7,7 @@ The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded bac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..locks import Leadership, SharedLock
@@ -18,6 +18,7 @@ from .records import (
     Claimed,
     Delivery,
     DisplayMessage,
+    DueDelivery,
     ExpiredThread,
     InboxEntry,
     LedgerEntry,
@@ -34,6 +35,9 @@ from .records import (
     TurnState,
     TurnWritten,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 
@@ -130,11 +134,15 @@ class Store(Protocol):
     async def delete_pinned(self, ref: ThreadRef, key: str | None) -> dict[str, str]:
         """Delete one pinned key, or all when ``key`` is None; return what remains."""
 
-    async def clear_thread(self, session_key: str) -> bool:
-        """Empty summary and messages (pinned and display stay); False if no thread."""
+    async def clear_thread(self, session_key: str,
+                           events: Sequence[WebhookEvent] = ()) -> bool:
+        """Empty summary and messages (pinned and display stay), queueing ``events`` for the
+        owner's webhooks in the same transaction; False if no thread."""
 
-    async def delete_thread(self, session_key: str) -> bool:
-        """Remove the thread and all it holds; False if no thread."""
+    async def delete_thread(self, session_key: str,
+                            events: Sequence[WebhookEvent] = ()) -> bool:
+        """Remove the thread and all it holds, queueing ``events`` for the owner's webhooks
+        in the same transaction; False if no thread."""
 
     async def display_page(self, session_key: str, limit: int,
                            before: int | None) -> ThreadPage:
@@ -243,6 +251,44 @@ class Store(Protocol):
         """The user's ledger rows, oldest first."""
 
     # --- several processes ------------------------------------------------------------
+    # --- outbound webhooks ---------------------------------------------------------------
+    #: Told of the deliveries each commit queued, once it is committed (the gateway's
+    #: dispatcher sends them; a store shared by several processes gives each process its own).
+    webhooks_queued: Callable[[list[WebhookDelivery]], None]
+
+    async def create_webhook(self, webhook: Webhook) -> None:
+        """Register an endpoint."""
+
+    async def list_webhooks(self, user_id: str) -> list[Webhook]:
+        """The user's endpoints, oldest first."""
+
+    async def get_webhook(self, webhook_id: str) -> Webhook | None:
+        """An endpoint by id, or None."""
+
+    async def delete_webhook(self, user_id: str, webhook_id: str) -> bool:
+        """Remove the user's endpoint and its deliveries; False if the user has none such."""
+
+    async def emit(self, user_id: str, events: Sequence[WebhookEvent],
+                   only: str | None = None) -> int:
+        """Queue ``events`` for the user's subscribed endpoints (``only``: for that one
+        endpoint, subscribed or not), a change of its own; how many deliveries."""
+
+    async def webhook_deliveries(self, webhook_id: str, limit: int) -> list[WebhookDelivery]:
+        """The endpoint's delivery log, newest first."""
+
+    async def webhook_pending(self) -> list[DueDelivery]:
+        """The pending deliveries this process is to send: all of them with one process;
+        with several, those of processes that died too (taken over); by when they are due."""
+
+    async def webhook_delivery(self, delivery_id: int) -> WebhookDelivery | None:
+        """One delivery, body included; None if it is gone (its endpoint was deleted)."""
+
+    async def webhook_attempted(self, delivery_id: int, state: str, attempts: int,
+                                status: int | None, next_attempt: float,
+                                error: str | None) -> None:
+        """Record an attempt's outcome: ``delivered``, ``failed`` for good, or still
+        ``pending`` until ``next_attempt``."""
+
     async def lock_thread(self, session_key: str) -> SharedLock | None:
         """Hold the thread's turn lock where other processes see it (None: this store has
         no other processes to tell, as SQLite)."""
@@ -269,6 +315,7 @@ __all__ = [
     "Claimed",
     "Delivery",
     "DisplayMessage",
+    "DueDelivery",
     "ExpiredThread",
     "InboxEntry",
     "LedgerEntry",
@@ -287,4 +334,7 @@ __all__ = [
     "TurnWritten",
     "User",
     "WebSession",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
 ]

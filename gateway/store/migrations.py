@@ -176,4 +176,36 @@ MIGRATIONS: tuple[str, ...] = (
         created_at TEXT NOT NULL
     );
     """,
+    # 8: outbound webhooks: the endpoints (secrets sealed) and their durable outbox, written in
+    # the transaction of the change an event reports; delivered and failed rows stay, for the
+    # delivery log, until the inbox's pruning.
+    """
+    CREATE TABLE webhooks (
+        id         TEXT PRIMARY KEY,
+        user_id    TEXT NOT NULL REFERENCES users(user_id) ON DELETE CASCADE,
+        url        TEXT NOT NULL,
+        events     TEXT NOT NULL,
+        secret     BLOB NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX webhooks_user ON webhooks(user_id);
+    CREATE TABLE webhook_deliveries (
+        id           INTEGER PRIMARY KEY,
+        message_id   TEXT NOT NULL UNIQUE,
+        webhook      TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+        user_id      TEXT NOT NULL,
+        event        TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        last_status  INTEGER,
+        next_attempt REAL NOT NULL,
+        created      REAL NOT NULL,
+        last_error   TEXT,
+        taken_by     TEXT
+    );
+    CREATE INDEX webhook_deliveries_log ON webhook_deliveries(webhook, id);
+    CREATE INDEX webhook_deliveries_pending ON webhook_deliveries(id) WHERE state = 'pending';
+    CREATE INDEX webhook_deliveries_created ON webhook_deliveries(created);
+    """,
 )

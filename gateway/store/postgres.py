@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
@@ -23,11 +23,12 @@ from .. import jsonio
 from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
 from ..sessions import RotationObserver
-from ..times import iso_utc
-from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
+from ..times import epoch_of, iso_utc
+from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
 from .postgres_migrations import MIGRATIONS
 from .postgres_quotas import SharedQuotas
 from .postgres_sessions import SESSION_STATE, PostgresSessions
+from .postgres_webhooks import PostgresWebhooks, event_params
 from .records import (
     REPLY_SLOT,
     USER_MESSAGE_SLOT,
@@ -51,6 +52,8 @@ from .records import (
     TurnState,
     TurnWritten,
     User,
+    WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 
@@ -234,12 +237,31 @@ ledgered AS (
                       credits, minutes, created_at)
   SELECT $19, $1, c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.credits,
          c.minutes, $5 FROM charges c, ok),
+spent AS (SELECT coalesce(sum(credits), 0) AS credits FROM charges),
 billed AS (
-  UPDATE users SET credits = credits - (SELECT coalesce(sum(credits), 0) FROM charges),
+  UPDATE users SET credits = credits - (SELECT credits FROM spent),
                    browser_minutes = browser_minutes
                                      - (SELECT coalesce(sum(minutes), 0) FROM charges),
                    holds = holds - coalesce($20::text, '')
-  WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok)),
+  WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok)
+  RETURNING credits),
+events AS (
+  SELECT e.type, e.body, $2::text AS owner
+  FROM unnest($27::text[], $28::text[]) AS e(type, body), ok
+  UNION ALL
+  SELECT 'credits.low', json_build_object(
+           'type', 'credits.low', 'timestamp', $5::text,
+           'data', json_build_object('credits', billed.credits, 'threshold', $29::bigint))::text,
+         $19
+  FROM billed, spent
+  WHERE spent.credits > 0 AND billed.credits < $29 AND billed.credits + spent.credits >= $29),
+hooked AS (
+  INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,
+                                  next_attempt, created, taken_by)
+  SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.user_id, e.type, e.body,
+         'pending', $12, $12, $21
+  FROM events e JOIN webhooks w ON w.user_id = e.owner AND e.type = ANY(w.events)
+  RETURNING {WEBHOOK_DELIVERY_COLUMNS}),
 ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
 lines AS (
   SELECT x.ord,
@@ -266,8 +288,9 @@ session_written AS (
   SELECT session.id, top.n + 1 + lines.ord, lines.reply_id, lines.line
   FROM session, top, lines)
 SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS written,
-       ARRAY(SELECT id FROM kept ORDER BY id) AS ids
-"""
+       ARRAY(SELECT id FROM kept ORDER BY id) AS ids,
+       (SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked) AS hooked
+""".replace("{WEBHOOK_DELIVERY_COLUMNS}", WEBHOOK_DELIVERY_COLUMNS)
 assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN replaces
 
 
@@ -276,7 +299,7 @@ assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN rep
 _COMMIT_SUMMARY = """
 WITH thread AS (
   UPDATE threads SET summary = $1, summary_tokens = $2, summary_version = summary_version + 1
-  WHERE session_key = $3 AND summary_version = $4 RETURNING id),
+  WHERE session_key = $3 AND summary_version = $4 RETURNING id, user_id),
 folded AS (
   DELETE FROM messages WHERE thread = (SELECT id FROM thread) AND id <= $5),
 ledgered AS (
@@ -289,9 +312,28 @@ billed AS (
                    browser_minutes = browser_minutes - CASE WHEN EXISTS (SELECT 1 FROM thread)
                                                             THEN $13::bigint ELSE 0 END,
                    holds = holds - coalesce($7::text, '')
-  WHERE user_id = $6)
-SELECT EXISTS (SELECT 1 FROM thread)
-"""
+  WHERE user_id = $6
+  RETURNING credits),
+events AS (
+  SELECT e.type, e.body, thread.user_id AS owner
+  FROM unnest($15::text[], $16::text[]) AS e(type, body), thread
+  UNION ALL
+  SELECT 'credits.low', json_build_object(
+           'type', 'credits.low', 'timestamp', $14::text,
+           'data', json_build_object('credits', billed.credits, 'threshold', $17::bigint))::text,
+         $6
+  FROM billed, thread
+  WHERE $12::bigint > 0 AND billed.credits < $17 AND billed.credits + $12 >= $17),
+hooked AS (
+  INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,
+                                  next_attempt, created, taken_by)
+  SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.user_id, e.type, e.body,
+         'pending', $18, $18, $19
+  FROM events e JOIN webhooks w ON w.user_id = e.owner AND e.type = ANY(w.events)
+  RETURNING {WEBHOOK_DELIVERY_COLUMNS})
+SELECT EXISTS (SELECT 1 FROM thread) AS applied,
+       (SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked) AS hooked
+""".replace("{WEBHOOK_DELIVERY_COLUMNS}", WEBHOOK_DELIVERY_COLUMNS)
 
 
 class _QueryConnection(asyncpg.Connection):  # type: ignore[misc]
@@ -369,7 +411,7 @@ def _limits(claim: Claim) -> str | None:
     return None if claim.rate_limits is None else jsonio.dumps(claim.rate_limits).decode()
 
 
-class PostgresStore:
+class PostgresStore(PostgresWebhooks):
     """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
 
     shared = True  # any number of gateway processes
@@ -388,6 +430,8 @@ class PostgresStore:
         # This process, to the others: the inbox and outbox rows it took are its own while
         # its life lock is held (from open() until it closes or dies).
         self.process_id = ""  # a new one each open(): a new life
+        # Told of the webhook deliveries each commit queued (the gateway's dispatcher).
+        self.webhooks_queued: Callable[[list[WebhookDelivery]], None] = lambda queued: None
         self._life: _Leadership | None = None
 
     def _now(self) -> str:
@@ -608,8 +652,9 @@ class PostgresStore:
         return await self._query(run)
 
     async def prune_inbound(self, before: str) -> int:
-        """Forget answered channel messages received before ``before``, and failed deliveries
-        recorded before it; return how many."""
+        """Forget answered channel messages received before ``before``, failed deliveries
+        recorded before it, and webhook deliveries (delivered or failed) queued before it;
+        return how many."""
         async def run(conn: Connection) -> int:
             inbox = await conn.fetchval(
                 "WITH gone AS (DELETE FROM inbox WHERE received_at < $1 AND state = 'done'"
@@ -617,7 +662,11 @@ class PostgresStore:
             outbox = await conn.fetchval(
                 "WITH gone AS (DELETE FROM outbox WHERE updated_at < $1 AND state = 'failed'"
                 " RETURNING 1) SELECT count(*) FROM gone", before)
-            return int(inbox + outbox)
+            hooks = await conn.fetchval(
+                "WITH gone AS (DELETE FROM webhook_deliveries WHERE created < $1"
+                " AND state <> 'pending' RETURNING 1) SELECT count(*) FROM gone",
+                epoch_of(before))
+            return int(inbox + outbox + hooks)
         return await self._transaction(run)
 
     # --- threads and pinned memory ---------------------------------------------
@@ -682,26 +731,34 @@ class PostgresStore:
             return await _pinned(conn, pk)
         return await self._transaction(run)
 
-    async def clear_thread(self, session_key: str) -> bool:
-        """Empty summary and messages (pinned and display stay); False if no thread."""
-        async def run(conn: Connection) -> bool:
-            pk = await _thread_pk(conn, session_key)
-            if pk is None:
-                return False
-            await conn.execute("DELETE FROM messages WHERE thread = $1", pk)
-            await conn.execute(
+    async def clear_thread(self, session_key: str,
+                           events: Sequence[WebhookEvent] = ()) -> bool:
+        """Empty summary and messages (pinned and display stay), queueing ``events`` for the
+        owner's webhooks; False if no thread."""
+        async def run(conn: Connection) -> list[Any] | None:
+            row = await conn.fetchrow(
                 "UPDATE threads SET summary = '', summary_tokens = 0,"
-                " summary_version = summary_version + 1, updated_at = $1 WHERE id = $2",
-                self._now(), pk)
-            return True
-        return await self._transaction(run)
+                " summary_version = summary_version + 1, updated_at = $1"
+                " WHERE session_key = $2 RETURNING id, user_id", self._now(), session_key)
+            if row is None:
+                return None
+            await conn.execute("DELETE FROM messages WHERE thread = $1", row[0])
+            return await self._emit_in(conn, row[1], events)
+        queued = await self._transaction(run)
+        self._announce(queued)
+        return queued is not None
 
-    async def delete_thread(self, session_key: str) -> bool:
-        """Remove the thread and all it holds; False if no thread."""
-        async def run(conn: Connection) -> bool:
-            return await conn.fetchval("DELETE FROM threads WHERE session_key = $1 RETURNING 1",
-                                       session_key) is not None
-        return await self._transaction(run)
+    async def delete_thread(self, session_key: str,
+                            events: Sequence[WebhookEvent] = ()) -> bool:
+        """Remove the thread and all it holds, queueing ``events`` for the owner's webhooks;
+        False if no thread."""
+        async def run(conn: Connection) -> list[Any] | None:
+            owner = await conn.fetchval(
+                "DELETE FROM threads WHERE session_key = $1 RETURNING user_id", session_key)
+            return None if owner is None else await self._emit_in(conn, owner, events)
+        queued = await self._transaction(run)
+        self._announce(queued)
+        return queued is not None
 
     async def display_page(self, session_key: str, limit: int,
                            before: int | None) -> ThreadPage:
@@ -775,15 +832,18 @@ class PostgresStore:
         async def run(conn: Connection) -> TurnWritten:
             ref, inbound = commit.ref, commit.inbound
             messages, charges = commit.messages, commit.charges
+            now = self._now()
             row = await conn.fetchrow(
                 _COMMIT_TURN, ref.session_key, ref.user_id, ref.thread_id, ref.channel,
-                self._now(), [m.role for m in messages], [m.content for m in messages],
+                now, [m.role for m in messages], [m.content for m in messages],
                 [m.tokens for m in messages], inbound[0] if inbound else None,
                 inbound[1] if inbound else None, commit.reply, self.clock(),
                 [c.kind for c in charges], [c.model for c in charges],
                 [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
                 [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
-                commit.hold, self.process_id, *_session_params(commit.session))
+                commit.hold, self.process_id, *_session_params(commit.session),
+                *event_params(commit.events, now), commit.low_credits)
+            self._announce(row["hooked"])
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             if not row["written"]:
@@ -811,12 +871,16 @@ class PostgresStore:
         not) the summarization's credit hold released."""
         async def run(conn: Connection) -> bool:
             charge = commit.charge
-            applied: bool = await conn.fetchval(
+            now = self._now()
+            row = await conn.fetchrow(
                 _COMMIT_SUMMARY, commit.summary, commit.summary_tokens, commit.session_key,
                 commit.expected_version, commit.folded_through_id, commit.billed_user,
                 commit.hold, charge.kind, charge.model, charge.prompt_tokens,
-                charge.completion_tokens, charge.credits, charge.minutes, self._now())
-            return applied
+                charge.completion_tokens, charge.credits, charge.minutes, now,
+                *event_params(commit.events, now), commit.low_credits, self.clock(),
+                self.process_id)
+            self._announce(row["hooked"])
+            return bool(row["applied"])
         return await self._query(run)
 
     # --- durable inbox and outbox -------------------------------------------------------

@@ -203,6 +203,9 @@ class TurnCommit:
     inbound: ChannelMessage | None = None
     hold: str | None = None  # the turn's credit hold, released by the same commit
     session: SessionWrite | None = None  # the turn's session lines, where the store keeps them
+    events: tuple[WebhookEvent, ...] = ()  # for the thread owner's webhooks, in the same commit
+    # credits.low is told (in the same commit) if the charges take the billed balance under this
+    low_credits: int | None = None
 
     @property
     def reply(self) -> str:
@@ -229,6 +232,8 @@ class SummaryCommit:
     folded_through_id: int
     charge: Charge
     hold: str | None = None  # the summarization's credit hold, released by the same commit
+    events: tuple[WebhookEvent, ...] = ()  # for the thread owner's webhooks, if applied
+    low_credits: int | None = None  # as TurnCommit's
 
 
 @dataclass
@@ -274,3 +279,53 @@ class Delivery:
     next_attempt: float  # epoch seconds
     created: float  # epoch seconds
     last_error: str | None
+
+
+@dataclass(frozen=True)
+class WebhookEvent:
+    """Something to tell the owner's webhooks (those subscribed to ``type``): the store writes
+    it to the webhook outbox in the transaction of the change it reports, adding the time."""
+
+    type: str
+    data: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A registered endpoint: where a user's events of the listed types go, signed with the
+    secret (``secret`` is sealed: :class:`gateway.secrets.SecretBox`)."""
+
+    id: str
+    user_id: str
+    url: str
+    events: tuple[str, ...]
+    secret: bytes
+    created_at: str
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One event for one endpoint in the webhook outbox: ``pending`` until the endpoint
+    answers 2xx (``delivered``) or the retries run out (``failed``). ``message_id`` is the
+    ``webhook-id`` header, the same on every attempt; ``body`` the exact bytes signed."""
+
+    id: int
+    message_id: str
+    webhook_id: str
+    event: str
+    body: str
+    state: str
+    attempts: int
+    last_status: int | None
+    next_attempt: float  # epoch seconds
+    created: float  # epoch seconds
+    last_error: str | None
+
+
+class DueDelivery(NamedTuple):
+    """A pending webhook delivery as the dispatcher schedules it (its body is read when it
+    is sent): ordered by when it is due."""
+
+    next_attempt: float
+    id: int
+    webhook_id: str

@@ -11,25 +11,34 @@ than a hand-off; a turn thus makes one read and one write, and no thread hand-of
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from .. import webhook_events
 from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound
 from ..files import private_dir, private_file
 from ..locks import Alone
-from ..times import iso_utc
-from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
+from ..times import epoch_of, iso_utc
+from .columns import (
+    DELIVERY_COLUMNS,
+    THREAD_COLUMNS,
+    USER_COLUMNS,
+    WEBHOOK_COLUMNS,
+    WEBHOOK_DELIVERY_COLUMNS,
+)
 from .migrations import MIGRATIONS
 from .records import (
     Charge,
     Claim,
     Delivery,
     DisplayMessage,
+    DueDelivery,
     ExpiredThread,
     InboxEntry,
     LedgerEntry,
@@ -43,6 +52,9 @@ from .records import (
     TurnState,
     TurnWritten,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 from .worker import WorkerThread
@@ -99,15 +111,62 @@ def _pinned(conn: sqlite3.Connection, pk: int | None) -> dict[str, str]:
 
 
 def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, charge: Charge,
-            now: str) -> None:
+            now: str) -> int:
+    """A ledger row and the balance it changes; the credits left."""
     conn.execute(
         "INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
         " completion_tokens, credits, minutes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (user_id, thread_key, charge.kind, charge.model, charge.prompt_tokens,
          charge.completion_tokens, charge.credits, charge.minutes, now),
     )
-    conn.execute("UPDATE users SET credits = credits - ?, browser_minutes = browser_minutes - ?"
-                 " WHERE user_id = ?", (charge.credits, charge.minutes, user_id))
+    row = conn.execute(
+        "UPDATE users SET credits = credits - ?, browser_minutes = browser_minutes - ?"
+        " WHERE user_id = ? RETURNING credits", (charge.credits, charge.minutes, user_id)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _charge_all(conn: sqlite3.Connection, user_id: str, thread_key: str | None,
+                charges: list[Charge], now: str, low_credits: int | None,
+                queued: list[WebhookDelivery], epoch: float) -> None:
+    """Ledger rows for ``charges``; ``credits.low`` queued if they take the balance under
+    ``low_credits``."""
+    balance = None
+    for charge in charges:
+        balance = _charge(conn, user_id, thread_key, charge, now)
+    spent = sum(charge.credits for charge in charges)
+    if balance is not None and webhook_events.fell_under(low_credits, balance, spent):
+        assert low_credits is not None
+        queued += _emit(conn, user_id, [WebhookEvent(
+            webhook_events.CREDITS_LOW, webhook_events.credits_low_data(balance, low_credits))],
+            epoch, now)
+
+
+def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
+    return Webhook(row[0], row[1], row[2], tuple(json.loads(row[3])), row[4], row[5])
+
+
+def _emit(conn: sqlite3.Connection, user_id: str, events: Sequence[WebhookEvent],
+          epoch: float, now: str, only: str | None = None) -> list[WebhookDelivery]:
+    """Queue ``events`` in the webhook outbox for each of the user's endpoints subscribed to
+    them (``only``: for that endpoint alone, whatever it subscribed to)."""
+    queued = []
+    for event in events:
+        queued += [WebhookDelivery(*row) for row in conn.execute(
+            "INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,"
+            " next_attempt, created) SELECT 'msg_' || lower(hex(randomblob(12))), id, user_id,"
+            " ?, ?, 'pending', ?, ? FROM webhooks WHERE user_id = ?"
+            " AND (id = ? OR ? IS NULL AND instr(events, ?) > 0)"
+            f" RETURNING {WEBHOOK_DELIVERY_COLUMNS}",
+            (event.type, webhook_events.body(event.type, now, event.data), epoch, epoch,
+             user_id, only, only, f'"{event.type}"')).fetchall()]
+    return queued
+
+
+def _thread_owner(conn: sqlite3.Connection, session_key: str) -> tuple[int, str] | None:
+    row = conn.execute("SELECT id, user_id FROM threads WHERE session_key = ?",
+                       (session_key,)).fetchone()
+    return (row[0], row[1]) if row else None
 
 
 def _get_user(conn: sqlite3.Connection, user_id: str) -> User:
@@ -289,6 +348,10 @@ def _apply_batch(conn: sqlite3.Connection,
     return outcomes
 
 
+def _ignore(queued: list[WebhookDelivery]) -> None:
+    """No dispatcher listens."""
+
+
 class SQLiteStore:
     """SQLite implementation of the Store protocol."""
 
@@ -300,6 +363,8 @@ class SQLiteStore:
         self._worker: WorkerThread | None = None
         self._group: _GroupCommit
         self._reader: sqlite3.Connection | None = None
+        # Told of the webhook deliveries each commit queued (the gateway's dispatcher).
+        self.webhooks_queued: Callable[[list[WebhookDelivery]], None] = _ignore
 
     def _now(self) -> str:
         return iso_utc(self.clock())
@@ -363,6 +428,20 @@ class SQLiteStore:
             return fn(conn)
         finally:
             conn.execute("COMMIT")
+
+    async def _announcing(self, fn: Callable[[sqlite3.Connection, list[WebhookDelivery]], T],
+                          off_loop: bool = False) -> T:
+        """:meth:`_transaction` for work that may queue webhook deliveries (``fn`` adds them
+        to the list it is given): once committed, ``webhooks_queued`` is told of them."""
+        queued: list[WebhookDelivery] = []
+
+        def run(conn: sqlite3.Connection) -> T:
+            queued.clear()
+            return fn(conn, queued)
+        result = await self._transaction(run, off_loop)
+        if queued:
+            self.webhooks_queued(queued)
+        return result
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
@@ -519,13 +598,16 @@ class SQLiteStore:
 
     async def prune_inbound(self, before: str) -> int:
         """Forget answered channel messages received before ``before`` (their ids stop
-        de-duplicating), and failed deliveries recorded before it; return how many."""
+        de-duplicating), failed deliveries recorded before it, and webhook deliveries
+        (delivered or failed) queued before it; return how many."""
         def run(conn: sqlite3.Connection) -> int:
             inbox = conn.execute("DELETE FROM inbox WHERE received_at < ? AND state = 'done'",
                                  (before,)).rowcount
             outbox = conn.execute("DELETE FROM outbox WHERE updated_at < ? AND state = 'failed'",
                                   (before,)).rowcount
-            return int(inbox + outbox)
+            hooks = conn.execute("DELETE FROM webhook_deliveries WHERE created < ?"
+                                 " AND state <> 'pending'", (epoch_of(before),)).rowcount
+            return int(inbox + outbox + hooks)
         return await self._transaction(run, off_loop=True)
 
     # --- threads and pinned memory ---------------------------------------------
@@ -593,27 +675,37 @@ class SQLiteStore:
             return _pinned(conn, pk)
         return await self._transaction(run)
 
-    async def clear_thread(self, session_key: str) -> bool:
-        """Empty summary and messages (pinned and display stay); False if no thread."""
-        def run(conn: sqlite3.Connection) -> bool:
-            pk = _thread_pk(conn, session_key)
-            if pk is None:
+    async def clear_thread(self, session_key: str,
+                           events: Sequence[WebhookEvent] = ()) -> bool:
+        """Empty summary and messages (pinned and display stay), queueing ``events`` for the
+        owner's webhooks; False if no thread."""
+        def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> bool:
+            owner = _thread_owner(conn, session_key)
+            if owner is None:
                 return False
-            conn.execute("DELETE FROM messages WHERE thread = ?", (pk,))
+            now = self._now()
+            conn.execute("DELETE FROM messages WHERE thread = ?", (owner[0],))
             conn.execute(
                 "UPDATE threads SET summary = '', summary_tokens = 0,"
                 " summary_version = summary_version + 1, updated_at = ? WHERE id = ?",
-                (self._now(), pk),
+                (now, owner[0]),
             )
+            queued += _emit(conn, owner[1], events, self.clock(), now)
             return True
-        return await self._transaction(run)
+        return await self._announcing(run)
 
-    async def delete_thread(self, session_key: str) -> bool:
-        """Remove the thread and all it holds; False if no thread."""
-        def run(conn: sqlite3.Connection) -> bool:
-            return conn.execute("DELETE FROM threads WHERE session_key = ?",
-                                (session_key,)).rowcount == 1
-        return await self._transaction(run, off_loop=True)  # cascades to every message
+    async def delete_thread(self, session_key: str,
+                            events: Sequence[WebhookEvent] = ()) -> bool:
+        """Remove the thread and all it holds, queueing ``events`` for the owner's webhooks;
+        False if no thread."""
+        def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> bool:
+            owner = _thread_owner(conn, session_key)
+            if owner is None:
+                return False
+            conn.execute("DELETE FROM threads WHERE id = ?", (owner[0],))
+            queued += _emit(conn, owner[1], events, self.clock(), self._now())
+            return True
+        return await self._announcing(run, off_loop=True)  # cascades to every message
 
     async def display_page(self, session_key: str, limit: int,
                            before: int | None) -> ThreadPage:
@@ -681,9 +773,10 @@ class SQLiteStore:
         return await self._read(run)
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
-        """Write a turn (messages, display, ledger, balance); return the new message ids."""
-        def run(conn: sqlite3.Connection) -> TurnWritten:
-            now = self._now()
+        """Write a turn (messages, display, ledger, balance, its webhook events); return the
+        new message ids."""
+        def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> TurnWritten:
+            now, epoch = self._now(), self.clock()
             pk = _touch_thread(conn, commit.ref, now)
             ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
@@ -694,13 +787,14 @@ class SQLiteStore:
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
             if commit.inbound is not None and not _answer_inbox(
-                    conn, *commit.inbound, commit.reply, self.clock(), now):
+                    conn, *commit.inbound, commit.reply, epoch, now):
                 raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
                                "answered", code="duplicate_message")
-            for charge in commit.charges:
-                _charge(conn, commit.billed_user, commit.ref.session_key, charge, now)
+            _charge_all(conn, commit.billed_user, commit.ref.session_key, commit.charges, now,
+                        commit.low_credits, queued, epoch)
+            queued += _emit(conn, commit.ref.user_id, commit.events, epoch, now)
             return TurnWritten([i for i in ids if i is not None])
-        return await self._transaction(run)
+        return await self._announcing(run)
 
     async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
                              hold: str | None = None) -> None:
@@ -713,13 +807,14 @@ class SQLiteStore:
         await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
-        """Apply a summary if the thread is still at the expected version; False otherwise."""
-        def run(conn: sqlite3.Connection) -> bool:
-            now = self._now()
+        """Apply a summary if the thread is still at the expected version (queueing its
+        webhook events); False otherwise."""
+        def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> bool:
+            now, epoch = self._now(), self.clock()
             cursor = conn.execute(
                 "UPDATE threads SET summary = ?, summary_tokens = ?,"
                 " summary_version = summary_version + 1"
-                " WHERE session_key = ? AND summary_version = ? RETURNING id",
+                " WHERE session_key = ? AND summary_version = ? RETURNING id, user_id",
                 (commit.summary, commit.summary_tokens, commit.session_key,
                  commit.expected_version),
             )
@@ -728,9 +823,11 @@ class SQLiteStore:
                 return False
             conn.execute("DELETE FROM messages WHERE thread = ? AND id <= ?",
                          (row[0], commit.folded_through_id))
-            _charge(conn, commit.billed_user, commit.session_key, commit.charge, now)
+            _charge_all(conn, commit.billed_user, commit.session_key, [commit.charge], now,
+                        commit.low_credits, queued, epoch)
+            queued += _emit(conn, row[1], commit.events, epoch, now)
             return True
-        return await self._transaction(run)
+        return await self._announcing(run)
 
     # --- durable inbox and outbox -------------------------------------------------------
     async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
@@ -922,6 +1019,84 @@ class SQLiteStore:
             conn.execute("DELETE FROM login_links WHERE expires <= ?", (now,))
             return str(row[0]) if row and row[1] > now else None
         return await self._transaction(run)
+
+    # --- webhooks -----------------------------------------------------------------------
+    async def create_webhook(self, webhook: Webhook) -> None:
+        """Register an endpoint."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(f"INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                         (webhook.id, webhook.user_id, webhook.url,
+                          json.dumps(list(webhook.events)), webhook.secret,
+                          webhook.created_at))
+        await self._transaction(run)
+
+    async def list_webhooks(self, user_id: str) -> list[Webhook]:
+        """The user's endpoints, oldest first."""
+        def run(conn: sqlite3.Connection) -> list[Webhook]:
+            return [_webhook(row) for row in conn.execute(
+                f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE user_id = ? ORDER BY created_at,"
+                " id", (user_id,)).fetchall()]
+        return await self._read(run)
+
+    async def get_webhook(self, webhook_id: str) -> Webhook | None:
+        """An endpoint by id, or None."""
+        def run(conn: sqlite3.Connection) -> Webhook | None:
+            row = conn.execute(f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?",
+                               (webhook_id,)).fetchone()
+            return _webhook(row) if row else None
+        return await self._read(run)
+
+    async def delete_webhook(self, user_id: str, webhook_id: str) -> bool:
+        """Remove the user's endpoint and its deliveries; False if the user has none such."""
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM webhooks WHERE id = ? AND user_id = ?",
+                                (webhook_id, user_id)).rowcount == 1
+        return await self._transaction(run)
+
+    async def emit(self, user_id: str, events: Sequence[WebhookEvent],
+                   only: str | None = None) -> int:
+        """Queue ``events`` for the user's subscribed endpoints (``only``: for that one
+        endpoint, subscribed or not), a change of its own; how many deliveries."""
+        def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> int:
+            queued += _emit(conn, user_id, events, self.clock(), self._now(), only)
+            return len(queued)
+        return await self._announcing(run)
+
+    async def webhook_deliveries(self, webhook_id: str, limit: int) -> list[WebhookDelivery]:
+        """The endpoint's delivery log, newest first."""
+        def run(conn: sqlite3.Connection) -> list[WebhookDelivery]:
+            return [WebhookDelivery(*row) for row in conn.execute(
+                f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook = ?"
+                " ORDER BY id DESC LIMIT ?", (webhook_id, limit)).fetchall()]
+        return await self._read(run)
+
+    async def webhook_pending(self) -> list[DueDelivery]:
+        """Every delivery still pending (those a previous run left), by when it is due."""
+        def run(conn: sqlite3.Connection) -> list[DueDelivery]:
+            return sorted(DueDelivery(row[0], row[1], row[2]) for row in conn.execute(
+                "SELECT next_attempt, id, webhook FROM webhook_deliveries"
+                " WHERE state = 'pending'").fetchall())
+        return await self._read(run)
+
+    async def webhook_delivery(self, delivery_id: int) -> WebhookDelivery | None:
+        """One delivery, body included; None if it is gone (its endpoint was deleted)."""
+        def run(conn: sqlite3.Connection) -> WebhookDelivery | None:
+            row = conn.execute(f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries"
+                               " WHERE id = ?", (delivery_id,)).fetchone()
+            return WebhookDelivery(*row) if row else None
+        return await self._read(run)
+
+    async def webhook_attempted(self, delivery_id: int, state: str, attempts: int,
+                                status: int | None, next_attempt: float,
+                                error: str | None) -> None:
+        """Record an attempt's outcome: ``delivered``, ``failed`` for good, or still
+        ``pending`` until ``next_attempt``."""
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE webhook_deliveries SET state = ?, attempts = ?, last_status = ?,"
+                " next_attempt = ?, last_error = ? WHERE id = ?",
+                (state, attempts, status, next_attempt, error, delivery_id))
+        await self._transaction(run)
 
     async def lock_thread(self, session_key: str) -> None:
         """One process uses a SQLite database: its in-process turn lock is the whole lock."""
