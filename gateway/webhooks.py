@@ -26,6 +26,7 @@ import asyncio
 import heapq
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -180,6 +181,9 @@ class WebhookDispatcher:
         endpoint.in_flight += 1
         try:
             await self._attempt(endpoint, due)
+        except Exception:  # the store failed us: the delivery stays pending, tried again later
+            log.exception("webhooks: cannot record delivery %d; will try again", due.id)
+            self._retry_later(due)
         finally:
             endpoint.in_flight -= 1
             if endpoint.waiting and not self.gateway.stopping.is_set():
@@ -271,8 +275,10 @@ class WebhookDispatcher:
                     delivery: WebhookDelivery) -> tuple[int | None, str | None]:
         """One signed POST: (the status, or None) and what went wrong, if anything."""
         body = delivery.body.encode()
+        # The wall clock, not the gateway's: a receiver compares it with its own to refuse
+        # replays (standardwebhooks allows five minutes either way).
         headers = webhook_signing.headers(endpoint.secret, delivery.message_id,
-                                          int(self.gateway.clock()), body)
+                                          int(time.time()), body)
         try:
             async with asyncio.timeout(self.gateway.settings.webhooks_timeout_seconds):
                 async with endpoint.client.post("", body, headers) as response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import account, chat, inspector, openai_compat, pinned, signin, threads
+from . import account, chat, inspector, openai_compat, pinned, signin, threads, webhooks
 
 
 def api_routes() -> list[web.RouteDef]:
@@ -36,6 +36,11 @@ def api_routes() -> list[web.RouteDef]:
         web.get("/api/specialists/{name}", account.get_specialist),
         web.put("/api/specialists/{name}", account.put_specialist),
         web.delete("/api/specialists/{name}", account.delete_specialist),
+        web.post("/api/webhooks", webhooks.post_webhook),
+        web.get("/api/webhooks", webhooks.list_webhooks),
+        web.delete("/api/webhooks/{webhook_id}", webhooks.delete_webhook),
+        web.get("/api/webhooks/{webhook_id}/deliveries", webhooks.list_deliveries),
+        web.post("/api/webhooks/{webhook_id}/test", webhooks.post_test),
         web.get("/v1/models", openai_compat.get_models),
         web.post("/v1/chat/completions", openai_compat.post_chat_completions),
     ]
