@@ -12,9 +12,18 @@ from typing import Any
 import asyncpg
 
 from gateway.sessions import SessionStore
-from gateway.store import ChannelMessage, Charge, InboxEntry, NewMessage, ThreadRef, TurnCommit
-from gateway.store.migrate import TABLES
+from gateway.store import (
+    ChannelMessage,
+    Charge,
+    InboxEntry,
+    NewMessage,
+    ThreadRef,
+    TurnCommit,
+    Webhook,
+)
+from gateway.store.migrate import CONVERT, TABLES
 from gateway.store.sqlite import SQLiteStore
+from gateway.webhook_events import message_created
 from tests.conftest import Harness
 from tests.test_cli import acloudybot
 
@@ -34,6 +43,9 @@ async def seed(data_dir: Path, threads: int) -> None:
         await store.put_credential("alice", "example.com", b"\x00\xffsealed")
         await store.inbox_add(InboxEntry("telegram", "m1", "alice--t0", '{"chat": 1}', 4096,
                                          b"payload"))
+        await store.create_webhook(Webhook("wh_" + "a" * 24, "alice", "https://example.com/h",
+                                           ("message.created",), b"\x01sealed",
+                                           "2026-12-01T00:00:00.000000Z"))
         for index in range(threads):
             ref = ThreadRef("alice", f"t{index}", f"alice--t{index}", "dashboard")
             await store.put_pinned(ref, "name", f"Ada {index}", 10)
@@ -41,7 +53,8 @@ async def seed(data_dir: Path, threads: int) -> None:
                 ref, "alice", [NewMessage("user", f"q{index} ü", 2),
                                NewMessage("assistant", f"a{index} — ok", 3)],
                 [Charge("chat", "m", 10, 5, 1)],
-                ChannelMessage("telegram", "m1") if index == 0 else None))
+                ChannelMessage("telegram", "m1") if index == 0 else None,
+                events=(message_created(ref, f"a{index} — ok", []),)))
         await store.create_web_session("session-hash", "alice", "csrf", 2e9)
     finally:
         await store.close()
@@ -50,8 +63,9 @@ async def seed(data_dir: Path, threads: int) -> None:
 def sqlite_rows(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
     conn = sqlite3.connect(data_dir / "cloudybot.sqlite3")
     try:
-        return {table: sorted(conn.execute(f"SELECT {', '.join(columns)} FROM {table}"),
-                              key=repr) for table, columns in TABLES}
+        return {table: sorted((CONVERT.get(table, tuple)(row) for row in conn.execute(
+            f"SELECT {', '.join(columns)} FROM {table}")), key=repr)
+            for table, columns in TABLES}
     finally:
         conn.close()
 
@@ -80,6 +94,7 @@ async def test_every_row_of_a_1000_thread_deployment_arrives(
     expected = sqlite_rows(data_dir)
     assert await postgres_rows(postgres_url) == expected
     assert len(expected["display_messages"]) == 2000 and len(expected["outbox"]) == 1
+    assert len(expected["webhook_deliveries"]) == 1000
 
     # a second run finds the target full and refuses, changing nothing
     again = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),

@@ -218,7 +218,8 @@ async def test_the_inbox_answers_once_and_the_outbox_keeps_failures(store: Store
     assert await store.inbox_pending() == []
     assert await store.inbox_add(InboxEntry("slack", "s1", "c", "{}", 10, b"x"),
                                  answered=True) is not None
-    assert await store.prune_inbound("9999-12-31T00:00:00Z") == 5  # four answered inbox rows, one failure
+    # four answered inbox rows, one failure
+    assert await store.prune_inbound("9999-12-31T00:00:00Z") == 5
 
 
 # --- specialists, credentials, sign-in, retention ----------------------------------------

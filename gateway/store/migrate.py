@@ -9,10 +9,12 @@ line, with their sizes, last writes and archive names.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -42,7 +44,17 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "updated_at")),
     ("web_sessions", ("session_hash", "user_id", "csrf", "expires", "created_at")),
     ("login_links", ("code_hash", "user_id", "expires", "created_at")),
+    ("webhooks", ("id", "user_id", "url", "events", "secret", "created_at")),
+    # pending ones are taken by no process: the first PostgreSQL gateway to start sends them
+    ("webhook_deliveries", ("id", "message_id", "webhook", "user_id", "event", "body", "state",
+                            "attempts", "last_status", "next_attempt", "created",
+                            "last_error")),
 )
+TEXT_IDS = frozenset({"webhooks"})  # ids chosen by the gateway, not a sequence
+# Rows whose SQLite form differs from PostgreSQL's: an endpoint's events are JSON text there.
+CONVERT: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
+    "webhooks": lambda row: (*row[:3], json.loads(row[3]), *row[4:]),
+}
 BATCH = 5000
 Progress = Callable[[str, int, int], None]  # (table, rows copied so far, rows in all)
 
@@ -115,7 +127,10 @@ async def _copy(source: sqlite3.Connection, conn: asyncpg.Connection, table: str
     total = source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     cursor = source.execute(f"SELECT {', '.join(columns)} FROM {table}")
     copied = 0
+    convert = CONVERT.get(table)
     while rows := cursor.fetchmany(BATCH):
+        if convert is not None:
+            rows = [convert(row) for row in rows]
         await conn.copy_records_to_table(table, records=rows, columns=list(columns))
         copied += len(rows)
         if progress is not None:
@@ -179,7 +194,7 @@ async def _restart_identities(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT setval(pg_get_serial_sequence('sessions', 'id'),"
                        " coalesce((SELECT max(id) FROM sessions), 0) + 1, false)")
     for table, columns in TABLES:
-        if "id" in columns:
+        if "id" in columns and table not in TEXT_IDS:
             await conn.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                 f" coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")
