@@ -9,7 +9,15 @@ in ``options``); and a few helpers channels share. ``gateway.testing`` is the py
 
 from __future__ import annotations
 
-from . import options
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
+try:
+    __version__ = _installed_version("cloudybot")
+except PackageNotFoundError:  # run from a checkout that is not installed
+    __version__ = "0+unknown"
+
+from . import options  # after the version: modules below may read it
 from .commands import ChatCommand, Command, CommandContext, slash_command
 from .errors import (
     BadRequest,

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from .api.keys import gateway_key
 from .api.middleware import auth_middleware, body_middleware, errors_middleware, headers_middleware
+from .api.openapi import add_openapi
 from .gateway import Gateway
 from .logs import quiet_malformed_requests
 
@@ -41,6 +42,7 @@ async def build_app(gateway: Gateway) -> web.Application:
     )
     app[gateway_key] = gateway
     app.router.add_get("/healthz", healthz)
+    add_openapi(app)
     for channel in gateway.channels.values():
         app.router.add_routes(channel.routes())
     app.cleanup_ctx.append(_gateway_lifecycle)

@@ -38,7 +38,7 @@ NOT_UTF8 = b"\xff\xfe"
 HUGE_INT = b"1" * 5000
 # Sample values for path parameters and the query parameters handlers read, so that a request
 # gets past them to whatever it is meant to test.
-PATH_VALUES = {"thread_id": "t1", "name": "s1"}
+PATH_VALUES = {"thread_id": "t1", "name": "s1", "webhook_id": "wh_" + "0" * 24}
 QUERY = "?threadId=t1&key=k&site=example.com"
 
 
