@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from .api.cors import add_cors
 from .api.keys import gateway_key
 from .api.middleware import auth_middleware, body_middleware, errors_middleware, headers_middleware
 from .api.openapi import add_openapi
@@ -41,6 +42,7 @@ async def build_app(gateway: Gateway) -> web.Application:
         client_max_size=gateway.settings.max_request_bytes,
     )
     app[gateway_key] = gateway
+    add_cors(app, gateway.settings.cors_origins)
     app.router.add_get("/healthz", healthz)
     add_openapi(app)
     for channel in gateway.channels.values():
