@@ -27,7 +27,9 @@ gateway's CPU per turn read from its own process counters, not throughput:
     piece to the client's first delta and server CPU per streamed turn vs a plain one; the
     thread view's first page for a 10,000-message thread vs a 100-message one;
 12. the OpenAI-compatible endpoint (bench/openai_compat.py): server CPU per turn through
-    ``POST /v1/chat/completions`` vs ``POST /chat`` on the same server, windows interleaved.
+    ``POST /v1/chat/completions`` vs ``POST /chat`` on the same server, windows interleaved;
+13. webhooks (bench/webhooks.py): ``/chat`` throughput at x8 with three endpoints subscribed
+    (fast, slow, dead) vs none, two servers, windows interleaved.
 
 ``--quick`` (CI's smoke run) uses short windows, one round and smaller sets: its figures are
 indicative only.
@@ -62,6 +64,7 @@ from bench import (
     sessions,
     streaming,
     threadlist,
+    webhooks,
 )
 from bench.load import add_user, drive, free_port, gateway_env, start_gateway, start_server
 from bench.reference import REFERENCE
@@ -89,6 +92,7 @@ TARGETS = {
     "scaleout_two_vs_one": (">=", 1.25),
     # issue 12: the OpenAI-compatible endpoint costs about what /chat costs
     "v1_vs_chat_cpu": ("<=", 1.1),
+    "webhooks_throughput_ratio": (">=", 0.95),
     "postgresql_round_trips_per_turn": ("<=", 4.0),
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
@@ -309,6 +313,14 @@ def print_table(figures: dict[str, Any]) -> None:
         ("CPU per turn, POST /v1/chat/completions, x8", "v1_cpu_us", "{:.0f} µs"),
         ("CPU per turn, POST /chat beside it, x8", "chat_cpu_us_beside_v1", "{:.0f} µs"),
         ("  /v1 / /chat", "v1_vs_chat_cpu", "{:.2f}"),
+        ("/chat x8, no webhooks", "webhooks_none_turns_per_s", "{:.0f} turns/s"),
+        ("/chat x8, 3 webhooks (fast, slow, dead)", "webhooks_three_turns_per_s",
+         "{:.0f} turns/s"),
+        ("  with / without", "webhooks_throughput_ratio", "{:.2f}"),
+        ("server CPU per turn, no webhooks", "webhooks_none_cpu_us", "{:.0f} µs"),
+        ("server CPU per turn, 3 webhooks", "webhooks_three_cpu_us", "{:.0f} µs"),
+        ("/chat x8 p50, no webhooks", "webhooks_none_p50_ms", "{:.2f} ms"),
+        ("/chat x8 p50, 3 webhooks", "webhooks_three_p50_ms", "{:.2f} ms"),
     ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
@@ -356,6 +368,7 @@ async def run(quick: bool, against: str | None,
         await section("streaming", lambda: streaming.run(quick, tmp))
         await section("dashboard", lambda: dashboard.run(quick, tmp))
         await section("openai-compatible", lambda: openai_compat.run(quick, tmp))
+        await section("webhooks", lambda: webhooks.run(quick, tmp))
     figures["section_s"] = durations
     figures["total_s"] = time.perf_counter() - started
     return figures

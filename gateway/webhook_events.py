@@ -8,6 +8,7 @@ event delivered, at least once, whatever crashes in between.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
 from . import jsonio
@@ -23,6 +24,11 @@ WEBHOOK_TEST = "webhook.test"
 EVENT_TYPES = (MESSAGE_CREATED, THREAD_SUMMARIZED, SESSION_ROTATED, THREAD_CLEARED,
                THREAD_DELETED, CREDITS_LOW, WEBHOOK_TEST)
 LOW_CREDITS_SHARE = 0.10  # credits.low: the balance fell under this share of the plan's grant
+
+
+def new_message_id() -> str:
+    """A delivery's ``webhook-id``: ``msg_`` and 24 random hex digits."""
+    return "msg_" + secrets.token_hex(12)
 
 
 def body(event_type: str, timestamp: str, data: object) -> str:

@@ -6,7 +6,10 @@ dispatcher once it is committed (``Store.webhooks_queued``); a restart finds wha
 
 1. deliveries wait in a heap, by when they are due; at most ``CLOUDYBOT_WEBHOOKS_CONCURRENCY``
    per endpoint are in flight, the rest queue behind them, so a slow or dead endpoint holds up
-   nobody but itself, and never a turn (nothing here runs on a turn's path);
+   nobody but itself, and never a turn (nothing here runs on a turn's path). An endpoint whose
+   attempt failed is left alone until that delivery's retry is due: what is queued for it
+   meanwhile waits behind that probe (still pending, its attempts not counted) instead of
+   knocking on a door known to be shut, once per event;
 2. an attempt POSTs the stored body, signed for this attempt (Standard Webhooks: the same
    ``webhook-id`` every time, the attempt's ``webhook-timestamp``), on a keep-alive client per
    endpoint that connects only to public addresses, checked at each connection (unless
@@ -15,9 +18,9 @@ dispatcher once it is committed (``Store.webhooks_queued``); a restart finds wha
    after the next delay of ``CLOUDYBOT_WEBHOOKS_RETRY_SECONDS`` (±10% jitter, so that many
    failed deliveries do not all come back at once), and fails after the last.
 
-Every outcome is recorded before the next attempt is scheduled: delivery is at least once (a
-crash between an endpoint's 2xx and its record sends that event again, with the same
-``webhook-id``, which is what receivers de-duplicate on).
+Outcomes are recorded in batches (one transaction for all that ended meanwhile): delivery is
+at least once (a crash between an endpoint's 2xx and its record sends that event again, with
+the same ``webhook-id``, which is what receivers de-duplicate on).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import destinations, webhook_signing
@@ -37,13 +40,14 @@ from .config import Settings
 from .http_client import HTTPClient, HTTPClientError
 from .logs import mask_secrets
 from .secrets import SecretBox
-from .store import DueDelivery, Store, Webhook, WebhookDelivery
+from .store import DueDelivery, Store, Webhook, WebhookAttempt, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 64 * 1024  # an endpoint's answer is read (to keep the connection) and dropped
 ENDPOINT_CACHE_SECONDS = 30.0  # how long an endpoint's URL and secret are trusted unchanged
 JITTER = 0.1
+KEPT_BODIES = 256  # per endpoint, bodies of deliveries waiting kept in memory
 DELIVERED, FAILED, PENDING = "delivered", "failed", "pending"
 
 
@@ -70,14 +74,16 @@ def seal_context(user_id: str) -> str:
 
 @dataclass
 class _Endpoint:
-    """A registered endpoint as the dispatcher holds it: its client, its secret, its load."""
+    """A registered endpoint as the dispatcher holds it: its client and secret, what it has
+    in flight, what waits for it, and until when it is left alone after a failure."""
 
     webhook: Webhook
-    secret: str
+    key: bytes  # the secret's HMAC key
     client: HTTPClient
     loaded: float
     in_flight: int = 0
-    waiting: deque[DueDelivery] | None = None
+    waiting: deque[DueDelivery] = field(default_factory=deque)
+    resting_until: float = 0.0  # after a failed attempt: when its retry (the probe) is due
 
 
 class WebhookDispatcher:
@@ -93,6 +99,8 @@ class WebhookDispatcher:
         self._wake = asyncio.Event()
         self._loading = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._outcomes: list[WebhookAttempt] = []
+        self._recording: asyncio.Task[None] | None = None
 
     # --- what the store and the gateway call ----------------------------------------------
     def queued(self, deliveries: list[WebhookDelivery]) -> None:
@@ -121,15 +129,19 @@ class WebhookDispatcher:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop scheduling (attempts in flight finish with the gateway's other work), and
-        close the endpoints' connections."""
+        """Stop scheduling (attempts in flight finish with the gateway's other work)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
-        """Close every endpoint's connections (after the attempts in flight ended)."""
+        """Record the outcomes not recorded yet, then close every endpoint's connections
+        (after the attempts in flight ended)."""
+        if self._recording is not None:
+            await asyncio.gather(self._recording, return_exceptions=True)
+        if self._outcomes:
+            await self._record_now()
         endpoints, self._endpoints = self._endpoints, {}
         for endpoint in endpoints.values():
             await endpoint.client.close()
@@ -153,7 +165,12 @@ class WebhookDispatcher:
         while not gw.stopping.is_set():
             now = gw.clock()
             while self._due and self._due[0].next_attempt <= now:
-                self.gateway.spawn(self._dispatch(heapq.heappop(self._due)))
+                due = heapq.heappop(self._due)
+                endpoint = self._endpoints.get(due.webhook_id)
+                if endpoint is not None and now - endpoint.loaded < ENDPOINT_CACHE_SECONDS:
+                    self._admit(endpoint, due, now)
+                else:
+                    gw.spawn(self._load_then_admit(due))
             self._wake.clear()
             wait = self._due[0].next_attempt - now if self._due else None
             try:
@@ -162,37 +179,51 @@ class WebhookDispatcher:
             except TimeoutError:
                 pass
 
-    async def _dispatch(self, due: DueDelivery) -> None:
-        """Send ``due`` now, or queue it behind its endpoint's deliveries in flight."""
+    async def _load_then_admit(self, due: DueDelivery) -> None:
         try:
             endpoint = await self._endpoint(due.webhook_id)
         except Exception:
             log.exception("webhooks: cannot read endpoint %s; will try again", due.webhook_id)
-            self._retry_later(due)
+            self._later(due, self.gateway.settings.leader_retry_seconds)
             return
         if endpoint is None:  # deleted, and its deliveries with it
             self._forget(due.id)
             return
-        if endpoint.in_flight >= self.gateway.settings.webhooks_concurrency:
-            if endpoint.waiting is None:
-                endpoint.waiting = deque()
+        self._admit(endpoint, due, self.gateway.clock())
+
+    def _admit(self, endpoint: _Endpoint, due: DueDelivery, now: float) -> None:
+        """Send ``due`` now, or let it wait behind the endpoint's deliveries in flight, or
+        behind the probe of an endpoint resting after a failure."""
+        if (endpoint.resting_until > now and due.next_attempt < endpoint.resting_until) \
+                or endpoint.in_flight >= self.gateway.settings.webhooks_concurrency:
             endpoint.waiting.append(due)
+            if len(endpoint.waiting) > KEPT_BODIES:
+                self._fresh.pop(due.id, None)  # a long backlog is read back when its turn comes
             return
         endpoint.in_flight += 1
+        self.gateway.spawn(self._attempt_then_next(endpoint, due))
+
+    def _release(self, endpoint: _Endpoint) -> None:
+        """Let waiting deliveries go, as far as the endpoint's state allows."""
+        now = self.gateway.clock()
+        while (endpoint.waiting and endpoint.resting_until <= now
+               and endpoint.in_flight < self.gateway.settings.webhooks_concurrency
+               and not self.gateway.stopping.is_set()):
+            self._admit(endpoint, endpoint.waiting.popleft(), now)
+
+    async def _attempt_then_next(self, endpoint: _Endpoint, due: DueDelivery) -> None:
         try:
             await self._attempt(endpoint, due)
         except Exception:  # the store failed us: the delivery stays pending, tried again later
-            log.exception("webhooks: cannot record delivery %d; will try again", due.id)
-            self._retry_later(due)
+            log.exception("webhooks: cannot send delivery %d; will try again", due.id)
+            self._later(due, self.gateway.settings.leader_retry_seconds)
         finally:
             endpoint.in_flight -= 1
-            if endpoint.waiting and not self.gateway.stopping.is_set():
-                self.gateway.spawn(self._dispatch(endpoint.waiting.popleft()))
+            self._release(endpoint)
 
-    def _retry_later(self, due: DueDelivery) -> None:
+    def _later(self, due: DueDelivery, seconds: float) -> None:
         self._known.discard(due.id)
-        self._schedule(due._replace(next_attempt=self.gateway.clock()
-                                    + self.gateway.settings.leader_retry_seconds))
+        self._schedule(due._replace(next_attempt=self.gateway.clock() + seconds))
 
     def _forget(self, delivery_id: int) -> None:
         self._known.discard(delivery_id)
@@ -230,7 +261,8 @@ class WebhookDispatcher:
         client = HTTPClient(webhook.url, max_idle=gw.settings.webhooks_concurrency,
                             max_body_bytes=MAX_RESPONSE_BYTES,
                             connect_address=self._connect_address)
-        self._endpoints[webhook_id] = endpoint = _Endpoint(webhook, opened["secret"], client, now)
+        self._endpoints[webhook_id] = endpoint = _Endpoint(
+            webhook, webhook_signing.signing_key(opened["secret"]), client, now)
         return endpoint
 
     async def _connect_address(self, host: str, port: int) -> str:
@@ -249,27 +281,54 @@ class WebhookDispatcher:
             return
         status, error = await self._post(endpoint, delivery)
         attempts = delivery.attempts + 1
+        now = gw.clock()
         if status is not None and 200 <= status < 300:
-            await gw.store.webhook_attempted(delivery.id, DELIVERED, attempts, status,
-                                             gw.clock(), None)
+            if endpoint.resting_until:
+                log.info("webhooks: endpoint %s answers again", endpoint.webhook.id)
+                endpoint.resting_until = 0.0
+            self._record(WebhookAttempt(delivery.id, DELIVERED, attempts, status, now, None))
             self._forget(delivery.id)
             return
         reason = error or f"the endpoint answered {status}"
         wait = self.backoff(attempts)
         if wait is None:
-            log.error("webhooks: gave up on %s to %s after %d attempts: %s", delivery.event,
-                      endpoint.webhook.id, attempts, reason)
-            await gw.store.webhook_attempted(delivery.id, FAILED, attempts, status, gw.clock(),
-                                             reason)
+            log.error("webhooks: gave up on %s %s to %s after %d attempts: %s", delivery.event,
+                      delivery.message_id, endpoint.webhook.id, attempts, reason)
+            endpoint.resting_until = 0.0  # what waited behind it gets its own tries
+            self._record(WebhookAttempt(delivery.id, FAILED, attempts, status, now, reason))
             self._forget(delivery.id)
             return
-        log.warning("webhooks: %s to %s failed (%s); attempt %d in %.0f s", delivery.event,
-                    endpoint.webhook.id, reason, attempts + 1, wait)
-        due = DueDelivery(gw.clock() + wait, delivery.id, delivery.webhook_id)
-        await gw.store.webhook_attempted(delivery.id, PENDING, attempts, status,
-                                         due.next_attempt, reason)
+        retry = now + wait
+        if not endpoint.resting_until:
+            log.warning("webhooks: endpoint %s failed (%s); its deliveries wait %.0f s for the "
+                        "next attempt", endpoint.webhook.id, reason, wait)
+        endpoint.resting_until = max(endpoint.resting_until, retry) if endpoint.resting_until \
+            else retry
+        self._record(WebhookAttempt(delivery.id, PENDING, attempts, status, retry, reason))
         self._known.discard(delivery.id)
-        self._schedule(due)
+        self._schedule(DueDelivery(retry, delivery.id, delivery.webhook_id))
+
+    def _record(self, outcome: WebhookAttempt) -> None:
+        """Queue an outcome for the store; one writer records all those queued meanwhile."""
+        self._outcomes.append(outcome)
+        if self._recording is None:
+            self._recording = self.gateway.spawn(self._record_all())
+
+    async def _record_all(self) -> None:
+        try:
+            while self._outcomes:
+                await self._record_now()
+        finally:
+            self._recording = None
+
+    async def _record_now(self) -> None:
+        batch, self._outcomes = self._outcomes, []
+        try:
+            await self.gateway.store.webhook_attempts(batch)
+        except Exception:
+            # Not recorded: those delivered will be sent again after a restart (at least
+            # once); those to retry are retried from memory meanwhile.
+            log.exception("webhooks: cannot record %d delivery outcome(s)", len(batch))
 
     async def _post(self, endpoint: _Endpoint,
                     delivery: WebhookDelivery) -> tuple[int | None, str | None]:
@@ -277,7 +336,7 @@ class WebhookDispatcher:
         body = delivery.body.encode()
         # The wall clock, not the gateway's: a receiver compares it with its own to refuse
         # replays (standardwebhooks allows five minutes either way).
-        headers = webhook_signing.headers(endpoint.secret, delivery.message_id,
+        headers = webhook_signing.headers(endpoint.key, delivery.message_id,
                                           int(time.time()), body)
         try:
             async with asyncio.timeout(self.gateway.settings.webhooks_timeout_seconds):

@@ -36,6 +36,7 @@ from .records import (
     TurnWritten,
     User,
     Webhook,
+    WebhookAttempt,
     WebhookDelivery,
     WebhookEvent,
     WebSession,
@@ -283,11 +284,9 @@ class Store(Protocol):
     async def webhook_delivery(self, delivery_id: int) -> WebhookDelivery | None:
         """One delivery, body included; None if it is gone (its endpoint was deleted)."""
 
-    async def webhook_attempted(self, delivery_id: int, state: str, attempts: int,
-                                status: int | None, next_attempt: float,
-                                error: str | None) -> None:
-        """Record an attempt's outcome: ``delivered``, ``failed`` for good, or still
-        ``pending`` until ``next_attempt``."""
+    async def webhook_attempts(self, attempts: list[WebhookAttempt]) -> None:
+        """Record attempts' outcomes, in order, in one transaction: ``delivered``, ``failed``
+        for good, or still ``pending`` until their ``next_attempt``."""
 
     async def lock_thread(self, session_key: str) -> SharedLock | None:
         """Hold the thread's turn lock where other processes see it (None: this store has
@@ -335,6 +334,7 @@ __all__ = [
     "User",
     "WebSession",
     "Webhook",
+    "WebhookAttempt",
     "WebhookDelivery",
     "WebhookEvent",
 ]

@@ -191,7 +191,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX webhooks_user ON webhooks(user_id);
     CREATE TABLE webhook_deliveries (
         id           INTEGER PRIMARY KEY,
-        message_id   TEXT NOT NULL UNIQUE,
+        message_id   TEXT NOT NULL,  -- random (96 bits): never looked up, not indexed
         webhook      TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
         user_id      TEXT NOT NULL,
         event        TEXT NOT NULL,
@@ -206,6 +206,5 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX webhook_deliveries_log ON webhook_deliveries(webhook, id);
     CREATE INDEX webhook_deliveries_pending ON webhook_deliveries(id) WHERE state = 'pending';
-    CREATE INDEX webhook_deliveries_created ON webhook_deliveries(created);
     """,
 )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import jsonio, webhook_events
 from .columns import WEBHOOK_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
-from .records import DueDelivery, Webhook, WebhookDelivery, WebhookEvent
+from .records import DueDelivery, Webhook, WebhookAttempt, WebhookDelivery, WebhookEvent
 
 T = TypeVar("T")
 Connection = Any  # an asyncpg.Connection (asyncpg ships no type hints)
@@ -147,14 +147,17 @@ class PostgresWebhooks:
             return WebhookDelivery(*row) if row else None
         return await self._query(run)
 
-    async def webhook_attempted(self, delivery_id: int, state: str, attempts: int,
-                                status: int | None, next_attempt: float,
-                                error: str | None) -> None:
-        """Record an attempt's outcome: ``delivered``, ``failed`` for good, or still
-        ``pending`` until ``next_attempt``."""
+    async def webhook_attempts(self, attempts: list[WebhookAttempt]) -> None:
+        """Record attempts' outcomes, in order, in one statement (a delivery's latest
+        outcome wins)."""
+        latest = {attempt.delivery_id: attempt for attempt in attempts}
+
         async def run(conn: Connection) -> None:
             await conn.execute(
-                "UPDATE webhook_deliveries SET state = $1, attempts = $2, last_status = $3,"
-                " next_attempt = $4, last_error = $5 WHERE id = $6",
-                state, attempts, status, next_attempt, error, delivery_id)
+                "UPDATE webhook_deliveries d SET state = a.state, attempts = a.attempts,"
+                " last_status = a.status, next_attempt = a.next_attempt, last_error = a.error"
+                " FROM unnest($1::bigint[], $2::text[], $3::int[], $4::int[],"
+                " $5::double precision[], $6::text[])"
+                " AS a(id, state, attempts, status, next_attempt, error) WHERE d.id = a.id",
+                *(list(column) for column in zip(*latest.values(), strict=True)))
         await self._transaction(run)

@@ -329,3 +329,14 @@ class DueDelivery(NamedTuple):
     next_attempt: float
     id: int
     webhook_id: str
+
+
+class WebhookAttempt(NamedTuple):
+    """What one attempt at a delivery came to, as the store records it."""
+
+    delivery_id: int
+    state: str  # delivered, failed, or pending (to be tried again at next_attempt)
+    attempts: int
+    status: int | None
+    next_attempt: float
+    error: str | None

@@ -53,6 +53,7 @@ from .records import (
     TurnWritten,
     User,
     Webhook,
+    WebhookAttempt,
     WebhookDelivery,
     WebhookEvent,
     WebSession,
@@ -149,18 +150,32 @@ def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
 def _emit(conn: sqlite3.Connection, user_id: str, events: Sequence[WebhookEvent],
           epoch: float, now: str, only: str | None = None) -> list[WebhookDelivery]:
     """Queue ``events`` in the webhook outbox for each of the user's endpoints subscribed to
-    them (``only``: for that endpoint alone, whatever it subscribed to)."""
-    queued = []
+    them (``only``: for that endpoint alone, whatever it subscribed to). A user without
+    endpoints costs one indexed read."""
+    if not events:
+        return []
+    endpoints = conn.execute("SELECT id, events FROM webhooks WHERE user_id = ?",
+                             (user_id,)).fetchall()
+    rows = []
     for event in events:
-        queued += [WebhookDelivery(*row) for row in conn.execute(
-            "INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,"
-            " next_attempt, created) SELECT 'msg_' || lower(hex(randomblob(12))), id, user_id,"
-            " ?, ?, 'pending', ?, ? FROM webhooks WHERE user_id = ?"
-            " AND (id = ? OR ? IS NULL AND instr(events, ?) > 0)"
-            f" RETURNING {WEBHOOK_DELIVERY_COLUMNS}",
-            (event.type, webhook_events.body(event.type, now, event.data), epoch, epoch,
-             user_id, only, only, f'"{event.type}"')).fetchall()]
-    return queued
+        targets = [webhook_id for webhook_id, subscribed in endpoints
+                   if webhook_id == only or (only is None and f'"{event.type}"' in subscribed)]
+        if targets:
+            body = webhook_events.body(event.type, now, event.data)
+            rows += [(webhook_events.new_message_id(), webhook_id, user_id, event.type, body,
+                      epoch, epoch) for webhook_id in targets]
+    if not rows:
+        return []
+    # One statement for them all; rowids are given in the order of the VALUES.
+    ids = sorted(row_id for (row_id,) in conn.execute(
+        "INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,"
+        " next_attempt, created) VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?, 'pending', ?, ?)"] * len(rows)) + " RETURNING id",
+        [value for row in rows for value in row]).fetchall())
+    return [WebhookDelivery(row_id, message_id, webhook_id, event_type, body, "pending", 0,
+                            None, due, created, None)
+            for row_id, (message_id, webhook_id, _, event_type, body, due, created)
+            in zip(ids, rows, strict=True)]
 
 
 def _thread_owner(conn: sqlite3.Connection, session_key: str) -> tuple[int, str] | None:
@@ -1086,16 +1101,14 @@ class SQLiteStore:
             return WebhookDelivery(*row) if row else None
         return await self._read(run)
 
-    async def webhook_attempted(self, delivery_id: int, state: str, attempts: int,
-                                status: int | None, next_attempt: float,
-                                error: str | None) -> None:
-        """Record an attempt's outcome: ``delivered``, ``failed`` for good, or still
-        ``pending`` until ``next_attempt``."""
+    async def webhook_attempts(self, attempts: list[WebhookAttempt]) -> None:
+        """Record attempts' outcomes, in order, in one transaction."""
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
+            conn.executemany(
                 "UPDATE webhook_deliveries SET state = ?, attempts = ?, last_status = ?,"
                 " next_attempt = ?, last_error = ? WHERE id = ?",
-                (state, attempts, status, next_attempt, error, delivery_id))
+                [(a.state, a.attempts, a.status, a.next_attempt, a.error, a.delivery_id)
+                 for a in attempts])
         await self._transaction(run)
 
     async def lock_thread(self, session_key: str) -> None:
