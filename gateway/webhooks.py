@@ -146,6 +146,10 @@ class WebhookDispatcher:
         for endpoint in endpoints.values():
             await endpoint.client.close()
 
+    def poke(self) -> None:
+        """Look at the schedule again now (the clock moved: a test's, or the system's)."""
+        self._wake.set()
+
     def backoff(self, attempts: int) -> float | None:
         """Seconds to wait after failed attempt number ``attempts``, with jitter; None when the
         schedule is spent."""

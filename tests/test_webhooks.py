@@ -123,6 +123,33 @@ async def test_a_delivery_fails_after_the_last_retry_and_redirects_are_not_follo
     assert logged["nextAttemptAt"] is None and "302" in logged["lastError"]
 
 
+async def test_a_failing_endpoint_rests_and_its_backlog_waits_behind_one_probe(
+        start_clocked: Callable[..., Awaitable[Harness]], clock: Clock,
+        receiver: WebhookReceiver) -> None:
+    harness = await start_clocked(webhooks_retry_seconds=(60.0, 60.0), **PRIVATE_OK)
+    dispatcher = harness.gateway.webhooks
+    alice = await harness.user("alice")
+    created = await register(harness, alice, receiver)
+    receiver.statuses = [503]
+    assert (await harness.chat(alice, "first")).status == 200
+    await receiver.next()  # failed: the endpoint rests for a minute
+    for n in range(3):
+        assert (await harness.chat(alice, f"queued {n}", thread=f"q{n}")).status == 200
+    endpoint = dispatcher._endpoints[created["id"]]
+    await until(lambda: len(endpoint.waiting) == 3)
+    assert len(receiver.received) == 1  # nobody knocked on the shut door again
+
+    clock.advance(70)  # the probe is due: it succeeds, and the backlog follows it
+    dispatcher.poke()
+    await until(lambda: dispatcher._known == set())
+    replies = [r.event["data"]["reply"] for r in receiver.received if r.event]
+    assert sorted(replies[1:]) == sorted(["echo: first", *(f"echo: queued {n}"
+                                                           for n in range(3))])
+    logged = await deliveries(harness, alice, created["id"])
+    assert sorted(d["attempts"] for d in logged) == [1, 1, 1, 2]
+    assert {d["status"] for d in logged} == {"delivered"}
+
+
 def test_the_retry_schedule_is_standard_webhooks_with_jitter() -> None:
     from gateway.config import Settings
 
