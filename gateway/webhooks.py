@@ -32,7 +32,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from . import destinations, webhook_signing
@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 64 * 1024  # an endpoint's answer is read (to keep the connection) and dropped
 ENDPOINT_CACHE_SECONDS = 30.0  # how long an endpoint's URL and secret are trusted unchanged
 JITTER = 0.1
+# Outcomes wait this long to be recorded together: a write per delivery would cost more than
+# the delivery (a crash in between sends those deliveries again: at least once, as ever).
+RECORD_EVERY_SECONDS = 0.1
 KEPT_BODIES = 256  # per endpoint, bodies of deliveries waiting kept in memory
 DELIVERED, FAILED, PENDING = "delivered", "failed", "pending"
 
@@ -65,6 +68,9 @@ class WebhooksHost(Protocol):
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run background work that shutdown waits for."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, or less if the gateway begins to stop."""
 
 
 def seal_context(user_id: str) -> str:
@@ -93,7 +99,8 @@ class WebhookDispatcher:
         self.gateway = gateway
         self.resolve: destinations.Resolver = destinations.system_resolver  # tests swap it
         self._due: list[DueDelivery] = []
-        self._fresh: dict[int, WebhookDelivery] = {}  # just queued: no need to read them back
+        # Deliveries held in memory: just queued (no need to read them back) or to be retried.
+        self._fresh: dict[int, WebhookDelivery] = {}
         self._known: set[int] = set()  # due, waiting or in flight
         self._endpoints: dict[str, _Endpoint] = {}
         self._wake = asyncio.Event()
@@ -145,6 +152,16 @@ class WebhookDispatcher:
         endpoints, self._endpoints = self._endpoints, {}
         for endpoint in endpoints.values():
             await endpoint.client.close()
+
+    async def endpoint_deleted(self, webhook_id: str) -> None:
+        """An endpoint was deleted here: forget it at once (its deliveries went with it)."""
+        endpoint = self._endpoints.pop(webhook_id, None)
+        if endpoint is not None:
+            await endpoint.client.close()
+
+    def idle(self) -> bool:
+        """Nothing to send and every outcome recorded (a test waits for it)."""
+        return not self._known and not self._outcomes and self._recording is None
 
     def poke(self) -> None:
         """Look at the schedule again now (the clock moved: a test's, or the system's)."""
@@ -201,8 +218,11 @@ class WebhookDispatcher:
         if (endpoint.resting_until > now and due.next_attempt < endpoint.resting_until) \
                 or endpoint.in_flight >= self.gateway.settings.webhooks_concurrency:
             endpoint.waiting.append(due)
-            if len(endpoint.waiting) > KEPT_BODIES:
-                self._fresh.pop(due.id, None)  # a long backlog is read back when its turn comes
+            fresh = self._fresh.get(due.id)
+            if len(endpoint.waiting) > KEPT_BODIES and fresh is not None and not fresh.attempts:
+                # A long backlog is read back when its turn comes (one tried already is kept:
+                # its attempts may not be recorded yet).
+                del self._fresh[due.id]
             return
         endpoint.in_flight += 1
         self.gateway.spawn(self._attempt_then_next(endpoint, due))
@@ -279,7 +299,11 @@ class WebhookDispatcher:
     # --- one attempt ---------------------------------------------------------------------
     async def _attempt(self, endpoint: _Endpoint, due: DueDelivery) -> None:
         gw = self.gateway
-        delivery = self._fresh.pop(due.id, None) or await gw.store.webhook_delivery(due.id)
+        held = self._fresh.pop(due.id, None)
+        delivery = held if held is not None and not held.attempts \
+            else await gw.store.webhook_delivery(due.id)  # a retry: is it still wanted?
+        if delivery is not None and held is not None and held.attempts > delivery.attempts:
+            delivery = held  # its last outcome is not recorded yet
         if delivery is None or delivery.state != PENDING:
             self._forget(due.id)
             return
@@ -309,17 +333,21 @@ class WebhookDispatcher:
         endpoint.resting_until = max(endpoint.resting_until, retry) if endpoint.resting_until \
             else retry
         self._record(WebhookAttempt(delivery.id, PENDING, attempts, status, retry, reason))
+        # Held here until retried: the store may not have its attempts yet.
+        self._fresh[delivery.id] = replace(delivery, attempts=attempts)
         self._known.discard(delivery.id)
         self._schedule(DueDelivery(retry, delivery.id, delivery.webhook_id))
 
     def _record(self, outcome: WebhookAttempt) -> None:
-        """Queue an outcome for the store; one writer records all those queued meanwhile."""
+        """Queue an outcome for the store: RECORD_EVERY_SECONDS after the first, one
+        transaction records all those queued meanwhile."""
         self._outcomes.append(outcome)
         if self._recording is None:
             self._recording = self.gateway.spawn(self._record_all())
 
     async def _record_all(self) -> None:
         try:
+            await self.gateway.pause(RECORD_EVERY_SECONDS)  # cut short when stopping
             while self._outcomes:
                 await self._record_now()
         finally:

@@ -4,6 +4,7 @@ process that takes their deliveries over (PostgreSQL)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,13 @@ async def test_a_delivery_cut_by_sigkill_arrives_after_restart_with_its_webhook_
         processes.append(second)
         await second.start()
         again = await receiver.next(timeout=30)
-        async with session.get(f"{second.url}/api/webhooks/{created['id']}/deliveries",
-                               headers=headers) as response:
-            logged = (await response.json())["deliveries"]
+        for _ in range(200):  # the outcome is recorded a moment after the answer
+            async with session.get(f"{second.url}/api/webhooks/{created['id']}/deliveries",
+                                   headers=headers) as response:
+                logged = (await response.json())["deliveries"]
+            if logged[0]["status"] == "delivered":
+                break
+            await asyncio.sleep(0.05)  # a bounded poll of the child's delivery log
 
     assert cut.verified and again.verified
     assert again.webhook_id == cut.webhook_id

@@ -64,7 +64,7 @@ async def test_a_reply_is_delivered_signed_and_logged(start_gateway: Callable[..
     assert (data["threadId"], data["channel"], data["reply"]) == ("t1", "dashboard",
                                                                   "echo: hello hooks")
     assert data["usage"]["promptTokens"] > 0 and data["usage"]["credits"] >= 1
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
     [logged] = await deliveries(harness, alice, created["id"])
     assert logged == {"id": got.webhook_id, "event": "message.created", "status": "delivered",
                       "attempts": 1, "lastStatusCode": 200, "nextAttemptAt": None,
@@ -101,7 +101,7 @@ async def test_failures_are_retried_with_the_same_webhook_id(start_gateway: Call
 
     assert all(a.verified for a in attempts)
     assert len({a.webhook_id for a in attempts}) == 1
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
     [logged] = await deliveries(harness, alice, created["id"])
     assert (logged["status"], logged["attempts"], logged["lastStatusCode"]) == (
         "delivered", 3, 200)
@@ -115,7 +115,7 @@ async def test_a_delivery_fails_after_the_last_retry_and_redirects_are_not_follo
     receiver.statuses = [302, 302]
 
     assert (await harness.chat(alice, "go away")).status == 200
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
 
     assert [r.path for r in receiver.received] == ["/hooks/cloudybot"] * 2  # no /elsewhere
     [logged] = await deliveries(harness, alice, created["id"])
@@ -141,7 +141,7 @@ async def test_a_failing_endpoint_rests_and_its_backlog_waits_behind_one_probe(
 
     clock.advance(70)  # the probe is due: it succeeds, and the backlog follows it
     dispatcher.poke()
-    await until(lambda: dispatcher._known == set())
+    await until(dispatcher.idle)
     replies = [r.event["data"]["reply"] for r in receiver.received if r.event]
     assert sorted(replies[1:]) == sorted(["echo: first", *(f"echo: queued {n}"
                                                            for n in range(3))])
@@ -180,7 +180,7 @@ async def test_thread_events_reach_subscribers(start_clocked: Callable[..., Awai
     assert (await harness.chat(alice, "after a pause")).status == 200
     assert (await harness.client.post("/api/threads/t1/clear", headers=alice)).status == 200
     assert (await harness.client.delete("/api/threads/t1", headers=alice)).status == 204
-    await until(lambda: harness.gateway.webhooks._known == set() and len(receiver.received) >= 4)
+    await until(lambda: harness.gateway.webhooks.idle() and len(receiver.received) >= 4)
 
     assert all(r.verified and r.event is not None for r in receiver.received)
     by_type = {r.event["type"]: r.event["data"] for r in receiver.received if r.event}
@@ -208,7 +208,7 @@ async def test_credits_low_is_told_once_when_the_balance_falls_under_a_tenth(
     user = await harness.gateway.store.get_user("alice")
     assert user is not None and user.credits < 100
     assert got.event["data"]["threshold"] == 100 and got.event["data"]["credits"] < 100
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
     assert len(receiver.received) == 1  # the later turns stayed under: no second event
 
 
@@ -228,7 +228,7 @@ async def test_a_user_sees_only_their_webhooks_and_events(start_gateway: Callabl
     assert (await harness.chat(bob, "bob's turn")).status == 200
     assert (await harness.chat(alice, "alice's turn")).status == 200
     got = await receiver.next()
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
     assert [r.event["data"]["reply"] for r in receiver.received if r.event] == [
         "echo: alice's turn"]
     assert got.verified
@@ -245,7 +245,7 @@ async def test_a_deleted_webhook_gets_nothing_more(start_gateway: Callable[
 
     response = await harness.client.delete(f"/api/webhooks/{created['id']}", headers=alice)
     assert response.status == 204
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
     assert len(receiver.received) == 1
     await assert_json_error(await harness.client.get(
         f"/api/webhooks/{created['id']}/deliveries", headers=alice), 404, "webhook_not_found")
@@ -264,7 +264,7 @@ async def test_a_slow_endpoint_holds_up_no_turn_and_gets_bounded_concurrency(
     await receiver.next()
     assert receiver.in_flight == 2 and receiver.most_in_flight == 2
     receiver.hold.set()
-    await until(lambda: harness.gateway.webhooks._known == set())
+    await until(harness.gateway.webhooks.idle)
 
     assert receiver.most_in_flight == 2
     assert sorted(r.event["data"]["reply"] for r in receiver.received if r.event) == [
@@ -303,7 +303,7 @@ async def test_a_destination_whose_dns_turns_private_is_refused_at_delivery(
     answers["hooks.example.com"] = ["93.184.216.34", "127.0.0.1"]  # ...private since
 
     assert (await harness.chat(alice, "to the metadata service?")).status == 200
-    await until(lambda: dispatcher._known == set())
+    await until(dispatcher.idle)
 
     assert receiver.received == []
     [logged] = await deliveries(harness, alice, created["id"])

@@ -95,6 +95,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
     gateway, user = caller(request)
     webhook = await _owned(request)
     await gateway.store.delete_webhook(user.user_id, webhook.id)
+    await gateway.webhooks.endpoint_deleted(webhook.id)
     return web.Response(status=204)
 
 
