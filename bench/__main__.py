@@ -321,6 +321,9 @@ def print_table(figures: dict[str, Any]) -> None:
         ("server CPU per turn, 3 webhooks", "webhooks_three_cpu_us", "{:.0f} µs"),
         ("/chat x8 p50, no webhooks", "webhooks_none_p50_ms", "{:.2f} ms"),
         ("/chat x8 p50, 3 webhooks", "webhooks_three_p50_ms", "{:.2f} ms"),
+        ("  the endpoints' own CPU per turn", "webhooks_receivers_cpu_us", "{:.0f} µs"),
+        ("  machine's cores busy, no webhooks", "webhooks_none_busy", "{:.0%}"),
+        ("  machine's cores busy, 3 webhooks", "webhooks_three_busy", "{:.0%}"),
     ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))

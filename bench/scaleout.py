@@ -49,7 +49,7 @@ def _machine_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-async def _busy(work: Awaitable[LoadResult]) -> tuple[LoadResult, float]:
+async def machine_busy(work: Awaitable[LoadResult]) -> tuple[LoadResult, float]:
     """Run a window; also return how busy the machine's cores were meanwhile (0-1)."""
     busy_before, all_before = _machine_ticks()
     result = await work
@@ -124,11 +124,11 @@ async def run(quick: bool, tmp: Path, server_url: str) -> dict[str, Any]:
             for round_number in range(rounds):
                 for which in ("one", "two") if round_number % 2 == 0 else ("two", "one"):
                     if which == "one":
-                        one.append(await _busy(drive_window(
+                        one.append(await machine_busy(drive_window(
                             single, one_token, CONCURRENCY, window,
                             per_worker(f"one-r{round_number}"))))
                     else:
-                        two.append(await _busy(_pair_window(pair, two_token, window,
+                        two.append(await machine_busy(_pair_window(pair, two_token, window,
                                                             f"two-r{round_number}")))
             round_trips = await _round_trips(server_url, tmp)
     finally:

@@ -1,7 +1,9 @@
 """Webhooks must not slow turns (issue 12): ``/chat`` throughput at x8 of a gateway whose user
 has three endpoints subscribed to ``message.created`` (one fast, one answering after 2 s, one
 dead: nothing listens), against the same gateway without any, windows interleaved; the target
-is at least 0.95x. Beside it the server CPU per turn, which includes sending the deliveries."""
+is at least 0.95x. Beside it the server CPU per turn (which includes sending the deliveries),
+the endpoints' own CPU per turn and how busy the machine's cores were: the endpoints run on
+the same cores as the gateway, the fake LLM and the load client."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import drive_window, per_worker, warm_up, window_for
+from bench.cpu import cpu_seconds, drive_window, per_worker, warm_up, window_for
 from bench.load import Server, add_user, free_port, gateway_env, start_fake_llm, start_serve
 from bench.load import start_server as start_process
+from bench.scaleout import machine_busy
 
 CONCURRENCY = 8
 
@@ -51,12 +54,18 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
         per_second: dict[str, list[float]] = {name: [] for name in servers}
         cpu: dict[str, list[float]] = {name: [] for name in servers}
         p50: dict[str, list[float]] = {name: [] for name in servers}
+        busy: dict[str, list[float]] = {name: [] for name in servers}
+        receiving: list[float] = []  # the endpoints' own CPU per turn (they share the cores)
         for round_number in range(rounds):
             order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
             for name in order:
                 server, token = servers[name]
-                result = await drive_window(server, token, CONCURRENCY, window,
-                                            per_worker(f"{name}-r{round_number}"))
+                before = cpu_seconds(receivers.pid)
+                result, share = await machine_busy(drive_window(
+                    server, token, CONCURRENCY, window, per_worker(f"{name}-r{round_number}")))
+                busy[name].append(share)
+                if name == "hooks" and result.turns:
+                    receiving.append((cpu_seconds(receivers.pid) - before) * 1e6 / result.turns)
                 per_second[name].append(result.per_second)
                 cpu[name].append(result.cpu_us_per_turn)
                 p50[name].append(result.p50)
@@ -71,4 +80,7 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
             "webhooks_none_cpu_us": statistics.median(cpu["none"]),
             "webhooks_three_cpu_us": statistics.median(cpu["hooks"]),
             "webhooks_none_p50_ms": statistics.median(p50["none"]),
-            "webhooks_three_p50_ms": statistics.median(p50["hooks"])}
+            "webhooks_three_p50_ms": statistics.median(p50["hooks"]),
+            "webhooks_receivers_cpu_us": statistics.median(receiving),
+            "webhooks_none_busy": statistics.median(busy["none"]),
+            "webhooks_three_busy": statistics.median(busy["hooks"])}

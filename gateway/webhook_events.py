@@ -8,6 +8,7 @@ event delivered, at least once, whatever crashes in between.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Sequence
 
@@ -26,9 +27,14 @@ EVENT_TYPES = (MESSAGE_CREATED, THREAD_SUMMARIZED, SESSION_ROTATED, THREAD_CLEAR
 LOW_CREDITS_SHARE = 0.10  # credits.low: the balance fell under this share of the plan's grant
 
 
+_PROCESS = secrets.token_hex(8)  # with the counter: unique across processes and restarts
+_sequence = itertools.count()
+
+
 def new_message_id() -> str:
-    """A delivery's ``webhook-id``: ``msg_`` and 24 random hex digits."""
-    return "msg_" + secrets.token_hex(12)
+    """A delivery's ``webhook-id``: ``msg_``, this process's random 64 bits and a counter
+    (no system call per id, as a random one would make)."""
+    return f"msg_{_PROCESS}{next(_sequence):08x}"
 
 
 def body(event_type: str, timestamp: str, data: object) -> str:

@@ -101,11 +101,11 @@ async def delete_webhook(request: web.Request) -> web.Response:
 
 async def list_deliveries(request: web.Request) -> web.Response:
     """The endpoint's deliveries, newest first (``?limit=`` up to 500, default 50)."""
-    gateway, _ = caller(request)
+    gateway, user = caller(request)
     webhook = await _owned(request)
     limit = int_param(request, "limit", DEFAULT_DELIVERIES, low=1, high=MAX_DELIVERIES)
     assert limit is not None
-    deliveries = await gateway.store.webhook_deliveries(webhook.id, limit)
+    deliveries = await gateway.store.webhook_deliveries(user.user_id, webhook.id, limit)
     return web.json_response({"webhookId": webhook.id,
                               "deliveries": [_delivery_json(d) for d in deliveries]})
 

@@ -274,8 +274,9 @@ class Store(Protocol):
         """Queue ``events`` for the user's subscribed endpoints (``only``: for that one
         endpoint, subscribed or not), a change of its own; how many deliveries."""
 
-    async def webhook_deliveries(self, webhook_id: str, limit: int) -> list[WebhookDelivery]:
-        """The endpoint's delivery log, newest first."""
+    async def webhook_deliveries(self, user_id: str, webhook_id: str,
+                                 limit: int) -> list[WebhookDelivery]:
+        """The user's endpoint's delivery log, newest first."""
 
     async def webhook_pending(self) -> list[DueDelivery]:
         """The pending deliveries this process is to send: all of them with one process;

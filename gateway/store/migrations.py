@@ -204,7 +204,7 @@ MIGRATIONS: tuple[str, ...] = (
         last_error   TEXT,
         taken_by     TEXT
     );
-    CREATE INDEX webhook_deliveries_log ON webhook_deliveries(webhook, id);
+    CREATE INDEX webhook_deliveries_user ON webhook_deliveries(user_id, id);
     CREATE INDEX webhook_deliveries_pending ON webhook_deliveries(id) WHERE state = 'pending';
     """,
 )

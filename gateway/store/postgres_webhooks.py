@@ -118,12 +118,14 @@ class PostgresWebhooks:
         self._announce(rows)
         return len(rows)
 
-    async def webhook_deliveries(self, webhook_id: str, limit: int) -> list[WebhookDelivery]:
-        """The endpoint's delivery log, newest first."""
+    async def webhook_deliveries(self, user_id: str, webhook_id: str,
+                                 limit: int) -> list[WebhookDelivery]:
+        """The user's endpoint's delivery log, newest first (read through the user's
+        deliveries: an index per endpoint would cost every turn a page write)."""
         async def run(conn: Connection) -> list[WebhookDelivery]:
             return [WebhookDelivery(*row) for row in await conn.fetch(
-                f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook = $1"
-                " ORDER BY id DESC LIMIT $2", webhook_id, limit)]
+                f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE user_id = $1"
+                " AND webhook = $2 ORDER BY id DESC LIMIT $3", user_id, webhook_id, limit)]
         return await self._query(run)
 
     async def webhook_pending(self) -> list[DueDelivery]:

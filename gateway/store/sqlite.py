@@ -1077,12 +1077,15 @@ class SQLiteStore:
             return len(queued)
         return await self._announcing(run)
 
-    async def webhook_deliveries(self, webhook_id: str, limit: int) -> list[WebhookDelivery]:
-        """The endpoint's delivery log, newest first."""
+    async def webhook_deliveries(self, user_id: str, webhook_id: str,
+                                 limit: int) -> list[WebhookDelivery]:
+        """The user's endpoint's delivery log, newest first (read through the user's
+        deliveries: an index per endpoint would cost every turn a page write)."""
         def run(conn: sqlite3.Connection) -> list[WebhookDelivery]:
             return [WebhookDelivery(*row) for row in conn.execute(
-                f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook = ?"
-                " ORDER BY id DESC LIMIT ?", (webhook_id, limit)).fetchall()]
+                f"SELECT {WEBHOOK_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE user_id = ?"
+                " AND webhook = ? ORDER BY id DESC LIMIT ?", (user_id, webhook_id, limit)
+            ).fetchall()]
         return await self._read(run)
 
     async def webhook_pending(self) -> list[DueDelivery]:
