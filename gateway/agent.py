@@ -12,6 +12,7 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,14 @@ from .billing import (
     worst_case,
 )
 from .config import Settings
-from .errors import EmptyReply, NotFound, PaymentRequired, ProviderError, Unavailable
+from .errors import (
+    EmptyReply,
+    GatewayError,
+    NotFound,
+    PaymentRequired,
+    ProviderError,
+    Unavailable,
+)
 from .hooks import PluginHooks
 from .interfaces import (
     Completion,
@@ -37,6 +45,7 @@ from .interfaces import (
     TextSink,
     TurnContext,
 )
+from .metrics import Metrics
 from .prompt import Credential, Prompt, PromptInputs, assemble
 from .quotas import Admission, Quotas
 from .secrets import SecretBox, open_credentials, redact, redact_chat_message
@@ -132,6 +141,7 @@ class Agent:
     hooks: PluginHooks
     accounts: Accounts
     quotas: Quotas
+    metrics: Metrics
 
     # --- the turn -------------------------------------------------------------------------
     async def run_turn(self, user_id: str, ref: ThreadRef, message: str,
@@ -173,6 +183,7 @@ class Agent:
             turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation,
             self._low_credits(state.user))
         spent = bill.settle()
+        self.metrics.charged(bill.charges)
         if not in_commit:
             await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
         await self.hooks.turn_completed(turn, reply)
@@ -278,6 +289,7 @@ class Agent:
                 await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
                                                 bill.hold)
                 bill.settle()
+                self.metrics.charged(bill.charges)
             raise
         return reply, written, new_messages, session is not None
 
@@ -391,8 +403,16 @@ class Agent:
         """One provider call, streamed into ``on_text`` when given. Whatever a provider
         plugin returns is checked: anything but text and well-formed tool calls is a 502 now,
         not a crash later in the turn."""
-        completion = await (self.provider.complete(request) if on_text is None
-                            else self.provider.stream(request, on_text))
+        provider = self.provider.name
+        started = time.perf_counter()
+        try:
+            completion = await (self.provider.complete(request) if on_text is None
+                                else self.provider.stream(request, on_text))
+        except GatewayError as exc:
+            self.metrics.provider_errors.labels(provider, str(exc.status)).inc()
+            raise
+        finally:
+            self.metrics.provider_seconds.labels(provider).observe(time.perf_counter() - started)
         if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
                 or not isinstance(completion.tool_calls, tuple) \
                 or not all(_well_formed(call) for call in completion.tool_calls):
@@ -452,6 +472,7 @@ class Agent:
             except (PaymentRequired, CreditsBusy):
                 log.info("summarization of %s postponed: the credits are spent or held by "
                          "turns in flight", pending.ref.session_key)
+                self.metrics.summarizations.labels("postponed").inc()
                 return False
             answered = await self._summary_from_provider(pending, request)
             if answered is None:
@@ -474,6 +495,9 @@ class Agent:
                 low_credits=pending.low_credits,
             ))
             admission.settle(charge.credits if applied else 0)  # a discarded one is free
+        self.metrics.summarizations.labels("applied" if applied else "discarded").inc()
+        if applied:
+            self.metrics.charged([charge])
         if applied:
             self.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
         else:

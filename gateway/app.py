@@ -10,6 +10,7 @@ from .api.cors import add_cors
 from .api.keys import gateway_key
 from .api.middleware import auth_middleware, body_middleware, errors_middleware, headers_middleware
 from .api.openapi import add_openapi
+from .api.scrape import get_metrics
 from .gateway import Gateway
 from .logs import quiet_malformed_requests
 
@@ -44,6 +45,7 @@ async def build_app(gateway: Gateway) -> web.Application:
     app[gateway_key] = gateway
     add_cors(app, gateway.settings.cors_origins)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", get_metrics)
     add_openapi(app)
     for channel in gateway.channels.values():
         app.router.add_routes(channel.routes())

@@ -105,6 +105,9 @@ class Settings:
         25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next "
         "start", section="server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS",
         parse=options.count_float)
+    metrics_token: str = setting(
+        "", "bearer token that opens GET /metrics to other hosts (from loopback it is open)",
+        secret=True, section="server", env="CLOUDYBOT_METRICS_TOKEN", parse=options.text)
     cors_origins: tuple[str, ...] = setting(
         (), "web origins (comma-separated, or *) whose pages may call the API from a browser; "
         "none by default", section="server", env="CLOUDYBOT_CORS_ORIGINS",

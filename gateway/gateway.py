@@ -16,17 +16,18 @@ from .accounts import Accounts
 from .agent import Agent, PendingSummary, TurnResult
 from .commands import ChatCommand, Command, index_commands, run_command
 from .config import Settings
-from .errors import ConfigError, NotFound, PluginError, Unavailable
+from .errors import ConfigError, GatewayError, NotFound, PluginError, Unavailable
 from .hooks import PluginHooks
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Image, Provider, TextSink
 from .locks import KeyedLocks, Leadership, Lease
+from .metrics import Metrics
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
 from .quotas import LocalQuotas, Quotas
 from .retention import Retention
 from .secrets import SecretBox, load_or_create_key
-from .sessions import Sessions, SessionStore
+from .sessions import Rotation, Sessions, SessionStore
 from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
 from .store.backends import store_for
 from .tokens import TokenCounter
@@ -85,6 +86,7 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
         self.outbox = Outbox(self)
+        self.metrics = Metrics()
         self.webhooks = WebhookDispatcher(self)
         self.store.webhooks_queued = self.webhooks.queued
         self._started = False
@@ -169,18 +171,23 @@ class Gateway:
         counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
         secret_box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
         sessions = self.store.shared_sessions(
-            settings, counter.chat_message, self.clock, self.hooks.session_rotated) \
+            settings, counter.chat_message, self.clock, self._session_rotated) \
             or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
                             max_bytes=settings.session_max_file_bytes,
                             count_message=counter.chat_message, clock=self.clock,
-                            observer=self.hooks.session_rotated)
+                            observer=self._session_rotated)
         agent = Agent(settings=settings, store=self.store, provider=provider, counter=counter,
                       sessions=sessions, secret_box=secret_box,
                       toolbox=Toolbox.of(self.tools, counter.count), hooks=self.hooks,
-                      accounts=self.accounts, quotas=self.quotas)
+                      accounts=self.accounts, quotas=self.quotas, metrics=self.metrics)
         retention = Retention(settings, self.store, sessions, self.locks, self.clock,
                               self.quotas)
         return _Running(provider, counter, secret_box, sessions, agent, retention)
+
+    async def _session_rotated(self, rotation: Rotation) -> None:
+        """A session ended: counted, and the plugins told."""
+        self.metrics.rotations.labels(rotation.reason).inc()
+        await self.hooks.session_rotated(rotation)
 
     async def stop(self) -> None:
         """Stop taking messages, finish the work already taken (turns, summaries, replies)
@@ -425,13 +432,18 @@ class Gateway:
         validation.text(message, "message", self.settings.max_message_chars)
         if specialist is not None:
             validation.name(specialist, "specialist")
+        started = time.perf_counter()
         lease = await self.locks.acquire(ref.session_key)
         try:
             result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
                                                         inbound, on_text, images)
-        except BaseException:
+        except BaseException as exc:
             await lease.release()
+            if not isinstance(exc, asyncio.CancelledError):  # a stop, not a failure
+                status = exc.status if isinstance(exc, GatewayError) else 500
+                self.metrics.turn_errors.labels(ref.channel, str(status)).inc()
             raise
+        self.metrics.turn_seconds.labels(ref.channel).observe(time.perf_counter() - started)
         if pending is None:
             await lease.release()
         else:

@@ -39,6 +39,7 @@ from . import destinations, webhook_signing
 from .config import Settings
 from .http_client import HTTPClient, HTTPClientError
 from .logs import mask_secrets
+from .metrics import Metrics
 from .secrets import SecretBox
 from .store import DueDelivery, Store, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -52,6 +53,7 @@ JITTER = 0.1
 RECORD_EVERY_SECONDS = 0.1
 KEPT_BODIES = 256  # per endpoint, bodies of deliveries waiting kept in memory
 DELIVERED, FAILED, PENDING = "delivered", "failed", "pending"
+_OUTCOMES = {DELIVERED: "delivered", FAILED: "failed", PENDING: "retried"}  # metric labels
 
 
 class WebhooksHost(Protocol):
@@ -61,6 +63,7 @@ class WebhooksHost(Protocol):
     store: Store
     stopping: asyncio.Event
     clock: Callable[[], float]
+    metrics: Metrics
 
     @property
     def secret_box(self) -> SecretBox:
@@ -342,6 +345,7 @@ class WebhookDispatcher:
         """Queue an outcome for the store: RECORD_EVERY_SECONDS after the first, one
         transaction records all those queued meanwhile."""
         self._outcomes.append(outcome)
+        self.gateway.metrics.webhook_deliveries.labels(_OUTCOMES[outcome.state]).inc()
         if self._recording is None:
             self._recording = self.gateway.spawn(self._record_all())
 

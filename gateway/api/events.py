@@ -26,6 +26,7 @@ from aiohttp import web
 
 from ..agent import TurnResult
 from ..errors import GatewayError
+from .keys import gateway_key
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class EventWriter:
         self.request = request
         self.response: web.StreamResponse | None = None
         self.gone = False
+        self._streams = request.app[gateway_key].metrics.event_streams
+        self._open = False
 
     @property
     def started(self) -> bool:
@@ -145,13 +148,22 @@ class EventWriter:
                 self.response = web.StreamResponse(headers={
                     "Content-Type": EVENT_STREAM, "Cache-Control": "no-cache",
                     "X-Accel-Buffering": "no"})
+                self._streams.inc()  # open streams, for /metrics
+                self._open = True
                 await self.response.prepare(self.request)
             if last:
+                self._closed()
                 await self.response.write_eof(data)
             else:
                 await self.response.write(data)
         except (ConnectionError, RuntimeError):  # the client went away mid-stream
             self.gone = True
+            self._closed()
+
+    def _closed(self) -> None:
+        if self._open:
+            self._open = False
+            self._streams.dec()
 
 
 def _encode(events: Sequence[tuple[str, Any]]) -> bytes:

@@ -57,6 +57,15 @@ def document(app: web.Application) -> dict[str, Any]:
     core["get"] = _plain("healthz", "Liveness: no authentication, no store access.", s.HEALTH)
     paths.setdefault("/openapi.json", {})["get"] = _plain(
         "openapi", "This description.", {"type": "object"})
+    paths.setdefault("/metrics", {})["get"] = {
+        "operationId": "metrics", "tags": ["server"], "security": [{"bearer": []}, {}],
+        "summary": "Prometheus metrics: open from loopback, elsewhere with "
+                   "CLOUDYBOT_METRICS_TOKEN as a bearer token.",
+        "responses": {"200": {"description": "OK", "content": {"text/plain": {
+            "schema": s.STRING}}},
+                      "401": {"description": _REASONS[401], "content": _json(s.ERROR)},
+                      "403": {"description": "not from loopback, and no token configured",
+                              "content": _json(s.ERROR)}}}
     for route in app.router.routes():
         method = route.method.lower()
         template = route.resource.canonical if route.resource is not None else ""

@@ -210,6 +210,10 @@ class Store(Protocol):
         """Delivered (forgotten), or failed for good with ``error`` (kept for the record)."""
 
     # --- specialists and credentials ------------------------------------------
+    async def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per channel with any: messages in the inbox not answered yet, and replies in the
+        outbox not delivered yet."""
+
     async def get_specialist(self, user_id: str, name: str) -> str | None:
         """The instructions of the user's specialist, or None."""
 

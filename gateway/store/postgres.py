@@ -999,6 +999,18 @@ class PostgresStore(PostgresWebhooks):
         await self._transaction(run)
 
     # --- specialists and credentials ---------------------------------------------
+    async def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per channel: inbox messages not answered yet, outbox replies not delivered yet (all
+        processes')."""
+        async def run(conn: Connection) -> dict[str, tuple[int, int]]:
+            rows = await conn.fetch(
+                "SELECT channel, sum(inbound), sum(1 - inbound) FROM ("
+                " SELECT channel, 1 AS inbound FROM inbox WHERE state = 'pending'"
+                " UNION ALL SELECT channel, 0 FROM outbox WHERE state = 'pending')"
+                " AS pending GROUP BY channel")
+            return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+        return await self._query(run)
+
     async def get_specialist(self, user_id: str, name: str) -> str | None:
         """The instructions of the user's specialist, or None."""
         return (await self.list_specialists(user_id, name)).get(name)

@@ -928,6 +928,17 @@ class SQLiteStore:
         await self._transaction(run)
 
     # --- specialists and credentials ---------------------------------------------
+    async def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per channel: inbox messages not answered yet, outbox replies not delivered yet."""
+        def run(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+            rows = conn.execute(
+                "SELECT channel, sum(inbound), sum(1 - inbound) FROM ("
+                " SELECT channel, 1 AS inbound FROM inbox WHERE state = 'pending'"
+                " UNION ALL SELECT channel, 0 FROM outbox WHERE state = 'pending')"
+                " AS pending GROUP BY channel").fetchall()
+            return {channel: (int(inbox), int(outbox)) for channel, inbox, outbox in rows}
+        return await self._read(run)
+
     async def get_specialist(self, user_id: str, name: str) -> str | None:
         """The instructions of the user's specialist, or None."""
         return (await self.list_specialists(user_id, name)).get(name)
