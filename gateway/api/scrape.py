@@ -34,7 +34,8 @@ async def get_metrics(request: web.Request) -> web.Response:
             raise Unauthorized("GET /metrics needs the metrics token", code="unauthorized")
         raise Forbidden("GET /metrics is open from loopback only (set CLOUDYBOT_METRICS_TOKEN "
                         "to scrape from elsewhere)", code="metrics_forbidden")
-    depths = dict.fromkeys(gateway.channels, (0, 0))
+    depths = dict.fromkeys((name for name, channel in gateway.channels.items()
+                            if channel.enabled), (0, 0))
     depths.update(await gateway.store.queue_depths())
     gateway.metrics.set_depths(depths)
     return web.Response(body=gateway.metrics.exposition(),
