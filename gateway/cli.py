@@ -21,6 +21,7 @@ from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
 from .locks import KeyedLocks
+from .logs import log_handler
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
 from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
@@ -58,10 +59,11 @@ def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -
     return asyncio.run(run())
 
 
-def configure_logging() -> None:
-    """The server's logging: INFO and up to stderr, one line each."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def configure_logging(settings: Settings) -> None:
+    """The server's logging: to stderr, one line each, in the configured format and level."""
+    root = logging.getLogger()
+    root.handlers[:] = [log_handler(settings.log_format)]
+    root.setLevel(settings.log_level.upper())
     # httpx (python-telegram-bot's client) logs every Bot API request at INFO: a line per send
     # is noise, and formatting it costs more than the send itself. Its warnings still show.
     for chatty in ("httpx", "httpcore"):
@@ -73,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings, pm = _load(args)
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
-    configure_logging()
+    configure_logging(settings)
     gateway = Gateway(settings, pm)
 
     def started(_: str) -> None:

@@ -112,6 +112,12 @@ class Settings:
         (), "web origins (comma-separated, or *) whose pages may call the API from a browser; "
         "none by default", section="server", env="CLOUDYBOT_CORS_ORIGINS",
         parse=options.origins)
+    log_format: str = setting("text", "log lines as text or json (one object per line)",
+                              section="server", env="CLOUDYBOT_LOG_FORMAT",
+                              parse=options.choice("text", "json"))
+    log_level: str = setting("info", "the least severe log lines written", section="server",
+                             env="CLOUDYBOT_LOG_LEVEL",
+                             parse=options.choice("debug", "info", "warning", "error"))
     access_log: bool = setting(False, "log one line per HTTP request (off by default: it costs "
                                "~8% of a turn's CPU)", section="server",
                                env="CLOUDYBOT_ACCESS_LOG")

@@ -21,6 +21,7 @@ from .hooks import PluginHooks
 from .inbound import InboundMessage, Inbox
 from .interfaces import Channel, Image, Provider, TextSink
 from .locks import KeyedLocks, Leadership, Lease
+from .logs import turn_context
 from .metrics import Metrics
 from .outbox import Outbox
 from .plugins import PluginManager, make_plugin_manager
@@ -432,23 +433,24 @@ class Gateway:
         validation.text(message, "message", self.settings.max_message_chars)
         if specialist is not None:
             validation.name(specialist, "specialist")
-        started = time.perf_counter()
-        lease = await self.locks.acquire(ref.session_key)
-        try:
-            result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
-                                                        inbound, on_text, images)
-        except BaseException as exc:
-            await lease.release()
-            if not isinstance(exc, asyncio.CancelledError):  # a stop, not a failure
-                status = exc.status if isinstance(exc, GatewayError) else 500
-                self.metrics.turn_errors.labels(ref.channel, str(status)).inc()
-            raise
-        self.metrics.turn_seconds.labels(ref.channel).observe(time.perf_counter() - started)
-        if pending is None:
-            await lease.release()
-        else:
-            self.spawn(self._summarize_then_release(pending, lease))
-        return result
+        with turn_context(user_id, ref.thread_id, ref.channel):  # on its every log line
+            started = time.perf_counter()
+            lease = await self.locks.acquire(ref.session_key)
+            try:
+                result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
+                                                            inbound, on_text, images)
+            except BaseException as exc:
+                await lease.release()
+                if not isinstance(exc, asyncio.CancelledError):  # a stop, not a failure
+                    status = exc.status if isinstance(exc, GatewayError) else 500
+                    self.metrics.turn_errors.labels(ref.channel, str(status)).inc()
+                raise
+            self.metrics.turn_seconds.labels(ref.channel).observe(time.perf_counter() - started)
+            if pending is None:
+                await lease.release()
+            else:  # its summarization's lines are the turn's too (the task copies the context)
+                self.spawn(self._summarize_then_release(pending, lease))
+            return result
 
     async def _summarize_then_release(self, pending: PendingSummary, lease: Lease) -> None:
         try:

@@ -278,8 +278,14 @@ def test_serve_logging_keeps_httpx_request_lines_out() -> None:
     import logging
 
     from gateway.cli import configure_logging
+    from gateway.config import Settings
 
-    configure_logging()
-    # One INFO line per Bot API request (python-telegram-bot's httpx) is noise and CPU.
-    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
-    assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(Settings())
+        # One INFO line per Bot API request (python-telegram-bot's httpx) is noise and CPU.
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+    finally:
+        root.handlers[:], root.level = handlers, level
