@@ -79,8 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gateway = Gateway(settings, pm)
 
     def started(_: str) -> None:
-        print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}, "
-              f"data: {settings.data_dir})", flush=True)
+        channels = ", ".join(name for name, channel in sorted(gateway.channels.items())
+                             if channel.enabled) or "none"
+        tools = ", ".join(sorted(gateway.tools)) or "none"
+        print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}; "
+              f"channels: {channels}; tools: {tools}; data: {settings.data_dir})", flush=True)
 
     try:
         web.run_app(build_app(gateway), host=host, port=port, print=started,

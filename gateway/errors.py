@@ -113,3 +113,9 @@ class PluginError(GatewayError):
     """A plugin is missing, broken or misconfigured."""
 
     code = "plugin_error"
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line: its type and the first line of its message."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -107,24 +107,34 @@ class Gateway:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def load_plugins(self) -> None:
-        """Collect providers and channels from the plugins (once); no I/O happens here."""
+        """Collect providers and channels from the plugins (once); no I/O happens here.
+
+        Raises :class:`PluginError` (one line naming the plugin) if an installed plugin did
+        not load or fails to build what it registers: a gateway never runs with part of its
+        configuration silently missing.
+        """
         if self._providers is not None:
             return
+        for name, error in self.pm.load_failures.items():
+            raise PluginError(f"plugin {name!r} failed to load: {error}")
         providers: dict[str, Provider] = {}
-        for provider in await hooks.collect(self.pm.hook.register_providers, gateway=self):
+        for provider in await hooks.collect(self.pm.hook.register_providers, strict=True,
+                                            gateway=self):
             if provider.name in providers:
                 raise PluginError(f"two providers are named {provider.name!r}")
             providers[provider.name] = provider
-        for channel in await hooks.collect(self.pm.hook.register_channels, gateway=self):
+        for channel in await hooks.collect(self.pm.hook.register_channels, strict=True,
+                                           gateway=self):
             if channel.name in self.channels:
                 raise PluginError(f"two channels are named {channel.name!r}")
             self.channels[channel.name] = channel
-        for tool in await hooks.collect(self.pm.hook.register_tools, gateway=self):
+        for tool in await hooks.collect(self.pm.hook.register_tools, strict=True,
+                                        gateway=self):
             if tool.name in self.tools:
                 raise PluginError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
         self.commands = index_commands(
-            await hooks.collect(self.pm.hook.register_commands, gateway=self))
+            await hooks.collect(self.pm.hook.register_commands, strict=True, gateway=self))
         self._providers = providers
 
     async def start(self) -> None:

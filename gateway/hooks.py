@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from .errors import PluginError
+from .errors import PluginError, one_line
 from .interfaces import PromptSection, TurnContext
 
 if TYPE_CHECKING:
@@ -38,18 +38,24 @@ def _implementations(hook: pluggy.HookCaller) -> list[pluggy.HookImpl]:
     return list(reversed(hook.get_hookimpls()))
 
 
-async def collect(hook: pluggy.HookCaller, **kwargs: Any) -> list[Any]:
-    """Call every implementation and concatenate the lists they return (None counts as [])."""
-    return [item for _, items in await collect_by_plugin(hook, **kwargs) for item in items]
+async def collect(hook: pluggy.HookCaller, *, strict: bool = False, **kwargs: Any) -> list[Any]:
+    """Call every implementation and concatenate the lists they return (None counts as []);
+    ``strict``: a plugin that raises is a :class:`PluginError` naming it, not a log line."""
+    return [item for _, items in await collect_by_plugin(hook, strict=strict, **kwargs)
+            for item in items]
 
 
-async def collect_by_plugin(hook: pluggy.HookCaller, **kwargs: Any) -> list[tuple[str, list[Any]]]:
+async def collect_by_plugin(hook: pluggy.HookCaller, *, strict: bool = False,
+                            **kwargs: Any) -> list[tuple[str, list[Any]]]:
     """As :func:`collect`, each plugin's list apart: (plugin name, its items)."""
     found: list[tuple[str, list[Any]]] = []
     for impl in _implementations(hook):
         try:
             result = await resolve(impl.function(*(kwargs[name] for name in impl.argnames)))
-        except Exception:
+        except Exception as exc:
+            if strict:
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook.name}(): "
+                                  f"{one_line(exc)}") from exc
             log.exception("plugin %r failed in %s()", impl.plugin_name, hook.name)
             continue
         if result is None:

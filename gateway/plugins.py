@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import hooks, hookspecs
-from .errors import PluginError
+from .errors import PluginError, one_line
 from .options import PluginSettings, declared, masked
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ class PluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.distributions: dict[str, str] = {}
+        # Entry points that could not be registered: why, in one line (a gateway refuses to
+        # start with any; ``cloudybot plugins`` lists them).
+        self.load_failures: dict[str, str] = {}
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
         """pluggy's options for a hook implementation; a wrapper is refused here, at
@@ -57,7 +60,8 @@ class PluginManager(pluggy.PluginManager):
 def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
     """A plugin manager with the hook specs, and (by default) every installed plugin loaded.
 
-    A broken entry point is logged and skipped: one bad plugin never stops the gateway.
+    A broken entry point is logged, skipped and recorded in ``load_failures``: listing the
+    plugins still works, and a gateway refuses to start (:meth:`Gateway.load_plugins`).
     """
     pm = PluginManager()
     if load_entry_points:
@@ -74,18 +78,20 @@ def load_entry_point_plugins(pm: PluginManager) -> list[str]:
         try:
             plugin = entry_point.load()
             pm.register(plugin, name=entry_point.name)
-        except Exception:
+        except Exception as exc:
             log.exception("plugin %r (%s) failed to load; skipped", entry_point.name,
                           entry_point.value)
             skipped.append(entry_point.name)
+            pm.load_failures[entry_point.name] = one_line(exc)
             continue
         try:
             pm.check_pending()  # a misspelled hook name fails here, for this plugin only
-        except pluggy.PluginValidationError:
+        except pluggy.PluginValidationError as exc:
             pm.unregister(plugin)
             log.exception("plugin %r (%s) implements an unknown hook; skipped",
                           entry_point.name, entry_point.value)
             skipped.append(entry_point.name)
+            pm.load_failures[entry_point.name] = one_line(exc)
             continue
         if entry_point.dist is not None:
             pm.distributions[entry_point.name] = (

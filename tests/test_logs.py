@@ -101,8 +101,10 @@ async def test_serve_writes_json_lines_at_the_level_asked(tmp_path: Path) -> Non
     for text in server.log.read_text().splitlines():
         if text.startswith("{"):
             lines.append(json.loads(text))
-        else:
-            assert text.startswith("cloudybot: serving on "), text  # the start-up line
+        else:  # the start-up line: what runs
+            assert text.startswith("cloudybot: serving on "), text
+            assert "(provider: offline; channels: dashboard" in text
+            assert "tools: " in text and "current_time" in text
     assert lines and all({"time", "level", "logger", "message"} <= set(line)
                          for line in lines)
     assert any(line["level"] == "DEBUG" for line in lines)

@@ -1,0 +1,79 @@
+"""Start-up fails loudly (SPEC §17, issue 13): an installed plugin that does not load, or whose
+channel cannot be built, stops ``cloudybot serve`` with exit code 1 and one line naming it; the
+start-up line lists what runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway import hookimpl
+from gateway.errors import PluginError
+from gateway.plugins import PluginManager
+from tests.conftest import PROXY_VARIABLES
+from tests.test_plugins import install_distribution
+
+BROKEN_CHANNEL = """\
+    from gateway import hookimpl
+
+    class Exploding:
+        def __init__(self):
+            raise RuntimeError("the pigeon's cage is locked")
+
+    @hookimpl
+    def register_channels(gateway):
+        return [Exploding()]
+    """
+
+
+async def serve_until_exit(tmp_path: Path, site: Path | None = None) -> tuple[int, str]:
+    """Run ``cloudybot serve`` (its plugins: the installed ones, and those in ``site``) until
+    it exits; (exit code, stderr)."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in PROXY_VARIABLES and not key.startswith("CLOUDYBOT_")}
+    env.update({"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"), "CLOUDYBOT_PORT": "0"})
+    if site is not None:
+        env["PYTHONPATH"] = str(site)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "serve", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode is not None
+    return child.returncode, stderr.decode()
+
+
+@pytest.mark.parametrize(("module", "source", "expected"), [
+    ("fake_unimportable", 'raise ImportError("no module named pigeons")\n',
+     "plugin 'fake_unimportable' failed to load: ImportError: no module named pigeons"),
+    ("fake_exploding", BROKEN_CHANNEL,
+     "plugin 'fake_exploding' failed in register_channels(): RuntimeError: the pigeon's cage "
+     "is locked"),
+])
+async def test_a_broken_plugin_stops_serve_with_one_line(tmp_path: Path, module: str,
+                                                         source: str, expected: str) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(site, f"cloudybot-{module}", {module: source})
+
+    code, stderr = await serve_until_exit(tmp_path, site)
+
+    assert code == 1
+    assert stderr.strip().splitlines()[-1] == f"cloudybot: {expected}"
+    assert "serving on" not in stderr
+
+
+async def test_a_plugin_failing_to_build_its_tool_stops_start(
+        start_gateway: object, pm: PluginManager) -> None:
+    class BadTools:
+        @hookimpl
+        def register_tools(self, gateway: object) -> list[object]:
+            raise ValueError("no such API key")
+
+    pm.register(BadTools(), name="bad-tools")
+    with pytest.raises(PluginError, match=r"'bad-tools' failed in register_tools\(\): "
+                                          r"ValueError: no such API key"):
+        await start_gateway()  # type: ignore[operator]
