@@ -34,8 +34,8 @@ def _install(extras: str) -> None:
     """Create .venv and install the project (editable) unless already current."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
     stamp = VENV / f".installed-{extras or 'base'}-{digest}"
-    if stamp.exists():
-        return
+    if stamp.exists() or (not extras and (VENV / f".installed-test-{digest}").exists()):
+        return  # (the test extras hold everything the base install does)
     if not PYTHON.exists():
         print("dev.py: creating .venv", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
@@ -86,6 +86,32 @@ def _run_in(folder: Path, argv: list[str]) -> int:
     return subprocess.run(argv, cwd=folder).returncode
 
 
+# pytest options that choose which tests run, and options that take a value (a value is not a
+# test path).
+_SELECTING = ("-k", "-m", "--deselect", "--lf", "--last-failed", "--sw", "--stepwise",
+              "--ignore", "--ignore-glob")
+_WITH_VALUE = {"-k", "-m", "-p", "-o", "-c", "-W", "--deselect", "--ignore", "--ignore-glob",
+               "--rootdir", "--basetemp", "--junitxml", "--maxfail", "--durations", "--tb"}
+
+
+def _selects_tests(args: list[str]) -> bool:
+    """Whether pytest ``args`` run only some of the tests (paths, node ids, -k, -m, ...)
+    rather than options such as ``-q`` or ``-x`` over the whole suite."""
+    value_next = False
+    for arg in args:
+        if value_next:
+            value_next = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _SELECTING or (arg[:2] in ("-k", "-m") and len(arg) > 2):
+            return True
+        if arg in _WITH_VALUE:
+            value_next = True
+        elif not arg.startswith("-"):
+            return True  # a path or a node id
+    return False
+
+
 def main(args: list[str]) -> int:
     if sys.version_info < (3, 11):
         print("dev.py: Python 3.11 or newer is required", file=sys.stderr)
@@ -93,7 +119,9 @@ def main(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "serve":
         _install("")
-        return _run([str(BIN / "cloudybot"), "serve", *rest])
+        # The gateway takes this very process: signals (SIGTERM from a supervisor or a
+        # container runtime) reach it, not a parent that would leave it running.
+        os.execv(BIN / "cloudybot", ["cloudybot", "serve", *rest])
     if command == "screenshot":
         _install("test")
         _ensure_chromium()
@@ -108,11 +136,16 @@ def main(args: list[str]) -> int:
                      "examples", "bench"])
         types = _run([str(BIN / "mypy"), "gateway", "channels", "plugins"])
         tests = _run([str(PYTHON), "-m", "pytest", *rest])
+        everything = not _selects_tests(rest)
+        if not everything:
+            print("dev.py: only some tests were asked for: the example plugins' suites and the "
+                  "quick benchmark are skipped (python3 dev.py test runs everything)",
+                  flush=True)
         # Third-party plugins' own suites, run the way their authors would.
         example_tests = [_run_in(example, [str(PYTHON), "-m", "pytest", "-q"])
-                         for example in examples] if not rest else []
+                         for example in examples] if everything else []
         # The benchmark's smoke run: it reports figures and fails only if it cannot run.
-        bench = _run([str(PYTHON), "-m", "bench", "--quick"]) if not rest else 0
+        bench = _run([str(PYTHON), "-m", "bench", "--quick"]) if everything else 0
         return (lint or types or tests or next((rc for rc in example_tests if rc), 0)
                 or bench)
     print(__doc__, file=sys.stderr)
