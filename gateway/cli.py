@@ -15,6 +15,7 @@ from typing import TypeAlias, TypeVar
 
 from aiohttp import web
 
+from . import __version__
 from .app import build_app
 from .billing import period_bounds
 from .config import Settings, load_settings
@@ -299,10 +300,15 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    config_help = "TOML configuration (default: $CLOUDYBOT_CONFIG or built-ins)"
+    # --config before the subcommand or after it: the subcommand's copy leaves the value
+    # alone unless it is given there.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE",
-                        help="TOML configuration (default: $CLOUDYBOT_CONFIG or built-ins)")
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help=config_help)
     parser = argparse.ArgumentParser(prog="cloudybot", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"cloudybot {__version__}")
+    parser.add_argument("--config", metavar="FILE", default=None, help=config_help)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", parents=[common], help="run the gateway")
     serve.add_argument("--host", help="listen address (overrides CLOUDYBOT_HOST)")

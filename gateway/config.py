@@ -311,7 +311,10 @@ def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSetting
         if table is not None and (not key or (isinstance(table, Mapping) and key in table)):
             where = f"[{section}] {key}" if key else f"[{section}]"
             raise ConfigError(f"{where} has moved to [{place}]")
-    _no_unknown_keys(document, "the file", [*sections, *FREE_TABLES])
+    unknown = sorted(set(document) - {*sections, *FREE_TABLES})
+    if unknown:
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted({*sections, *FREE_TABLES}))})")
     for section, keys in sections.items():
         _no_unknown_keys(_table(document, section), section, keys)
     declared_names = {plugin.name for plugin in plugins}
@@ -352,10 +355,15 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
     (:func:`gateway.plugins.declared_settings`), read into ``Settings.plugins``."""
     env = os.environ if env is None else env
     document = _read_toml(path) if path is not None else {}
-    _check_document(document, plugins)
+    try:
+        _check_document(document, plugins)
+        plans = _plans(_table(document, "plans"))
+        prices = _prices(_table(document, "prices"))
+    except ConfigError as exc:  # about the file's contents: say which file
+        raise ConfigError(f"config file {path}: {exc.message}") from None
     values = read_values(OPTIONS, document, env)
-    values["plans"] = _plans(_table(document, "plans"))
-    values["prices"] = _prices(_table(document, "prices"))
+    values["plans"] = plans
+    values["prices"] = prices
     values["plugins"] = _plugin_values(document, env, plugins)
     if not values.get("llm_provider"):
         openai = values["plugins"].get("openai")

@@ -289,3 +289,39 @@ def test_serve_logging_keeps_httpx_request_lines_out() -> None:
         assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
     finally:
         root.handlers[:], root.level = handlers, level
+
+
+# --- global options (issue 13) --------------------------------------------------------------
+def test_version_is_the_installed_one(data_dir: Path) -> None:
+    from gateway import __version__
+
+    result = cloudybot(data_dir, "--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"cloudybot {__version__}" and __version__ != "0+unknown"
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_config_is_honoured_before_or_after_the_subcommand(data_dir: Path, tmp_path: Path,
+                                                           before: bool) -> None:
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('[accounts]\ndefault_plan = "pro"\n', encoding="utf-8")
+    args = ["--config", str(config), "users", "add", "alice"] if before \
+        else ["users", "add", "alice", "--config", str(config)]
+    result = cloudybot(data_dir, *args)
+    assert result.returncode == 0, result.stderr
+    assert "created user alice on plan pro" in result.stdout  # the file's default plan
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["users", "add", "bob"], ["usage", "bob"]])
+def test_a_bad_config_file_is_one_line_naming_it_and_exit_2(data_dir: Path, tmp_path: Path,
+                                                             command: list[str]) -> None:
+    config = tmp_path / "typo.toml"
+    config.write_text("[srever]\nport = 1\n", encoding="utf-8")
+    for args in (["--config", str(config), *command], [*command, "--config", str(config)],
+                 ["--config", str(tmp_path / "missing.toml"), *command]):
+        result = cloudybot(data_dir, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("cloudybot: config error: config file ")
+        assert "typo.toml: unknown section(s): srever" in line or "missing.toml does not " \
+            "exist" in line
