@@ -1,5 +1,5 @@
-"""The ``cloudybot`` command: serve, users add|grant|token|plan, usage, purge, deliveries,
-sessions list|show|export|rotate, migrate, plugins, new-plugin."""
+"""The ``cloudybot`` command: serve, users add|list|show|grant|token|revoke|plan, plans, usage,
+purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin."""
 
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ from .plugins import PluginManager, declared_settings, describe_plugins, make_pl
 from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
 from .sessions import Sessions, SessionStore, parse_events, unobserved
-from .store import Delivery, ExpiredThread
+from .store import Delivery, ExpiredThread, User
 from .store.backends import store_for
 from .times import iso_utc
 from .tokens import TokenCounter
 
 T = TypeVar("T")
+LIST_PAGE = 500  # accounts read at a time by users list
 
 
 def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
@@ -103,6 +104,67 @@ def cmd_users_add(args: argparse.Namespace) -> int:
     print(f"created user {user.user_id} on plan {user.plan} with {user.credits} credits")
     print("API token (shown once; send it as 'Authorization: Bearer <token>'):")
     print(token)
+    return 0
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    """Every account (or the first ``--limit``), by user id: plan, balances, period."""
+    async def run(gateway: Gateway) -> list[User]:
+        users: list[User] = []
+        while len(users) < args.limit:
+            page = await gateway.store.list_users(min(LIST_PAGE, args.limit - len(users)),
+                                                  users[-1].user_id if users else None)
+            users += page
+            if len(page) < LIST_PAGE:
+                break
+        return users
+    users = _with_gateway(_settings(args), run)
+    print(f"{'user':<32} {'plan':<10} {'credits':>10} {'minutes':>8} {'period':<8} created")
+    for user in users:
+        print(f"{user.user_id:<32} {user.plan:<10} {user.credits:>10} "
+              f"{user.browser_minutes:>8} {user.period:<8} {user.created_at}")
+    print(f"{len(users)} account(s)")
+    return 0
+
+
+def cmd_users_show(args: argparse.Namespace) -> int:
+    """One account: plan, balances, period and what it holds."""
+    async def run(gateway: Gateway) -> tuple[User | None, dict[str, int]]:
+        user = await gateway.store.get_user(args.user_id)
+        return user, (await gateway.store.user_counts(args.user_id) if user else {})
+    user, counts = _with_gateway(_settings(args), run)
+    if user is None:
+        raise GatewayError(f"no user {args.user_id!r}")
+    fields = {"user": user.user_id, "plan": user.plan, "credits": user.credits,
+              "minutes": user.browser_minutes, "period": user.period,
+              "created": user.created_at, **counts}
+    for name, value in fields.items():
+        print(f"{name:<12} {value}")
+    return 0
+
+
+def cmd_users_revoke(args: argparse.Namespace) -> int:
+    """End every API token, dashboard session and sign-in link of an account."""
+    async def run(gateway: Gateway) -> int | None:
+        if await gateway.store.get_user(args.user_id) is None:
+            return None
+        return await gateway.store.revoke_access(args.user_id)
+    revoked = _with_gateway(_settings(args), run)
+    if revoked is None:
+        raise GatewayError(f"no user {args.user_id!r}")
+    print(f"revoked {revoked} token(s), session(s) and link(s) of {args.user_id}; a running "
+          "gateway refuses them within 10 s")
+    return 0
+
+
+def cmd_plans(args: argparse.Namespace) -> int:
+    """The configured plans: monthly credits and browser minutes, retention, rate limit."""
+    settings = _settings(args)
+    print(f"{'plan':<12} {'credits':>10} {'minutes':>8} {'retention':>10} {'per minute':>10}")
+    for plan in settings.plans.values():
+        default = "  (default)" if plan.name == settings.default_plan else ""
+        print(f"{plan.name:<12} {plan.credits:>10} {plan.browser_minutes:>8} "
+              f"{plan.retention_days:>9}d {plan.requests_per_minute or 'none':>10}{default}")
     return 0
 
 
@@ -329,6 +391,18 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     add.add_argument("--plan", help="plan name (default: the configured default plan)")
     add.add_argument("--credits", type=int, help="opening balance instead of the plan's grant")
     add.set_defaults(handler=cmd_users_add)
+    listed = users.add_parser("list", parents=[common], help="list accounts")
+    listed.add_argument("--limit", type=int, default=10_000, help="at most this many")
+    listed.set_defaults(handler=cmd_users_list)
+    show = users.add_parser("show", parents=[common], help="one account and what it holds")
+    show.add_argument("user_id")
+    show.set_defaults(handler=cmd_users_show)
+    revoke = users.add_parser("revoke", parents=[common],
+                              help="end an account's tokens, sessions and sign-in links")
+    revoke.add_argument("user_id")
+    revoke.set_defaults(handler=cmd_users_revoke)
+    commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
+        handler=cmd_plans)
     grant = users.add_parser("grant", parents=[common], help="add credits to an account")
     grant.add_argument("user_id")
     grant.add_argument("credits", type=int)

@@ -74,6 +74,17 @@ class Store(Protocol):
     async def get_user(self, user_id: str) -> User | None:
         """The account, or None."""
 
+    async def list_users(self, limit: int, after: str | None = None) -> list[User]:
+        """Up to ``limit`` accounts by user id, from the first after ``after``."""
+
+    async def user_counts(self, user_id: str) -> dict[str, int]:
+        """How much an account holds: ``threads``, ``tokens``, ``sessions`` (dashboard
+        sign-ins), ``specialists``, ``logins`` (saved credentials), ``webhooks``."""
+
+    async def revoke_access(self, user_id: str) -> int:
+        """End every way in to the account (API tokens, dashboard sessions, sign-in links);
+        how many there were."""
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
 

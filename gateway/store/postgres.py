@@ -537,6 +537,37 @@ class PostgresStore(PostgresWebhooks):
             return _user(row) if row else None
         return await self._query(run)
 
+    async def list_users(self, limit: int, after: str | None = None) -> list[User]:
+        """Up to ``limit`` accounts by user id, from the first after ``after``."""
+        async def run(conn: Connection) -> list[User]:
+            return [User(*row) for row in await conn.fetch(
+                f"SELECT {USER_COLUMNS} FROM users WHERE user_id > $1 ORDER BY user_id"
+                " LIMIT $2", after or "", limit)]
+        return await self._query(run)
+
+    async def user_counts(self, user_id: str) -> dict[str, int]:
+        """How much an account holds (see the Store protocol)."""
+        async def run(conn: Connection) -> dict[str, int]:
+            row = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM threads WHERE user_id = $1) AS threads,"
+                " (SELECT count(*) FROM api_tokens WHERE user_id = $1) AS tokens,"
+                " (SELECT count(*) FROM web_sessions WHERE user_id = $1) AS sessions,"
+                " (SELECT count(*) FROM specialists WHERE user_id = $1) AS specialists,"
+                " (SELECT count(*) FROM browser_credentials WHERE user_id = $1) AS logins,"
+                " (SELECT count(*) FROM webhooks WHERE user_id = $1) AS webhooks", user_id)
+            return {name: int(value) for name, value in row.items()}
+        return await self._query(run)
+
+    async def revoke_access(self, user_id: str) -> int:
+        """End every API token, dashboard session and sign-in link of the account."""
+        async def run(conn: Connection) -> int:
+            gone = 0
+            for table in ("api_tokens", "web_sessions", "login_links"):
+                gone += len(await conn.fetch(
+                    f"DELETE FROM {table} WHERE user_id = $1 RETURNING 1", user_id))
+            return gone
+        return await self._transaction(run)
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         async def run(conn: Connection) -> User:

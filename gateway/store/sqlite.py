@@ -501,6 +501,36 @@ class SQLiteStore:
             return _user(row) if row else None
         return await self._read(run)
 
+    async def list_users(self, limit: int, after: str | None = None) -> list[User]:
+        """Up to ``limit`` accounts by user id, from the first after ``after``."""
+        def run(conn: sqlite3.Connection) -> list[User]:
+            return [_user(row) for row in conn.execute(
+                f"SELECT {USER_COLUMNS} FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?",
+                (after or "", limit)).fetchall()]
+        return await self._read(run)
+
+    async def user_counts(self, user_id: str) -> dict[str, int]:
+        """How much an account holds (see the Store protocol)."""
+        def run(conn: sqlite3.Connection) -> dict[str, int]:
+            cursor = conn.execute(
+                "SELECT (SELECT count(*) FROM threads WHERE user_id = ?1) AS threads,"
+                " (SELECT count(*) FROM api_tokens WHERE user_id = ?1) AS tokens,"
+                " (SELECT count(*) FROM web_sessions WHERE user_id = ?1) AS sessions,"
+                " (SELECT count(*) FROM specialists WHERE user_id = ?1) AS specialists,"
+                " (SELECT count(*) FROM browser_credentials WHERE user_id = ?1) AS logins,"
+                " (SELECT count(*) FROM webhooks WHERE user_id = ?1) AS webhooks", (user_id,))
+            names = [column[0] for column in cursor.description]
+            return dict(zip(names, cursor.fetchone(), strict=True))
+        return await self._read(run)
+
+    async def revoke_access(self, user_id: str) -> int:
+        """End every API token, dashboard session and sign-in link of the account."""
+        def run(conn: sqlite3.Connection) -> int:
+            return sum(conn.execute(f"DELETE FROM {table} WHERE user_id = ?",
+                                    (user_id,)).rowcount
+                       for table in ("api_tokens", "web_sessions", "login_links"))
+        return await self._transaction(run)
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> User:
