@@ -1,4 +1,5 @@
-"""The ``cloudybot`` command: serve, users add|list|show|grant|token|revoke|plan, plans, usage,
+"""The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan,
+plans, usage,
 purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TypeAlias, TypeVar
 
 from aiohttp import web
 
-from . import __version__
+from . import __version__, user_data
 from .app import build_app
 from .billing import period_bounds
 from .config import Settings, load_settings
@@ -26,6 +27,7 @@ from .logs import log_handler
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
 from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
+from .secrets import SecretBox, load_or_create_key
 from .sessions import Sessions, SessionStore, parse_events, unobserved
 from .store import Delivery, ExpiredThread, User
 from .store.backends import store_for
@@ -154,6 +156,27 @@ def cmd_users_revoke(args: argparse.Namespace) -> int:
         raise GatewayError(f"no user {args.user_id!r}")
     print(f"revoked {revoked} token(s), session(s) and link(s) of {args.user_id}; a running "
           "gateway refuses them within 10 s")
+    return 0
+
+
+def cmd_users_export(args: argparse.Namespace) -> int:
+    """Write everything held about an account (never a password or a secret) as one zip."""
+    settings = _settings(args)
+    box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
+    data = _with_gateway(settings, lambda gw: user_data.export_user(
+        gw.store, _sessions_of(gw), box, args.user_id))
+    out = Path(args.out or f"{args.user_id}-export.zip")
+    out.write_bytes(data)
+    print(f"wrote {out} ({len(data):,} bytes): everything held about {args.user_id}")
+    return 0
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    """Delete an account and everything held about it, sessions and archives included."""
+    deleted = _with_gateway(_settings(args), lambda gw: user_data.delete_user(
+        gw.store, _sessions_of(gw), args.user_id))
+    print(f"deleted {args.user_id}: {deleted.threads} thread(s), {deleted.sessions} "
+          "session(s) and archive(s), and every row held about the account")
     return 0
 
 
@@ -401,6 +424,15 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
                               help="end an account's tokens, sessions and sign-in links")
     revoke.add_argument("user_id")
     revoke.set_defaults(handler=cmd_users_revoke)
+    export = users.add_parser("export", parents=[common],
+                              help="everything held about an account, as one zip")
+    export.add_argument("user_id")
+    export.add_argument("--out", help="the file to write (default USER_ID-export.zip)")
+    export.set_defaults(handler=cmd_users_export)
+    delete = users.add_parser("delete", parents=[common],
+                              help="delete an account and everything held about it")
+    delete.add_argument("user_id")
+    delete.set_defaults(handler=cmd_users_delete)
     commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
         handler=cmd_plans)
     grant = users.add_parser("grant", parents=[common], help="add credits to an account")

@@ -195,8 +195,9 @@ class Sessions(Protocol):
     async def session_status(self, key: str) -> SessionStatus:
         """The active session's (size, last write), if any, and its archives, oldest first."""
 
-    async def export(self, key: str) -> bytes | None:
-        """The active session as its JSONL bytes (header first), or None if there is none."""
+    async def export(self, key: str, archive: str | None = None) -> bytes | None:
+        """The active session (or its archive named ``archive``) as its JSONL bytes, header
+        first; None if there is none."""
 
     async def active_sessions(self) -> list[ActiveSession]:
         """Every active session, by key."""
@@ -475,10 +476,17 @@ class SessionStore:
         """:meth:`status`, as :class:`Sessions` offers it."""
         return self.status(key)
 
-    async def export(self, key: str) -> bytes | None:
-        """The active session file's bytes, or None if there is none."""
+    async def export(self, key: str, archive: str | None = None) -> bytes | None:
+        """The active session file's bytes (or those of its archive named ``archive``), or
+        None if there is none."""
+        if archive is None:
+            path = self.path_for(key)
+        else:
+            path = self.archive_dir / archive
+            if archive != path.name or _archived_key(archive) != encode_key(key):
+                return None  # not one of this key's archives
         try:
-            return self.path_for(key).read_bytes()
+            return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from .. import validation
+from .. import user_data, validation
 from ..billing import period_bounds
 from ..errors import BadRequest, NotFound
 from ..secrets import REDACTED, refuse_saved_passwords
@@ -168,3 +168,13 @@ async def delete_credential(request: web.Request) -> web.Response:
     site = validation.text(request.query.get("site"), "site", MAX_SITE_CHARS)
     return await _credential_list(
         request, await gateway.store.delete_credential(user.user_id, site.strip()))
+
+
+async def get_export(request: web.Request) -> web.Response:
+    """``GET /api/user/export``: everything held about the caller as one zip (JSON and JSONL
+    files a person can read; never a password or a secret)."""
+    gateway, user = caller(request)
+    data = await user_data.export_user(gateway.store, gateway.sessions, gateway.secret_box,
+                                       user.user_id)
+    return web.Response(body=data, content_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{user.user_id}-export.zip"'})

@@ -107,7 +107,7 @@ def _operation(op: Operation, settings: Settings) -> dict[str, Any]:
     error = s.OPENAI_ERROR if op.openai else s.ERROR
     success: dict[str, Any] = {"description": _REASONS[op.status]}
     if op.answer is not None:
-        success["content"] = _json(op.answer)
+        success["content"] = {op.media: {"schema": op.answer}}
         if op.streams:
             success["content"]["text/event-stream"] = {"schema": s.EVENT_STREAM}
     if op.links:

@@ -50,6 +50,7 @@ class Operation:
     authenticated: bool = True
     streams: bool = False  # also answers text/event-stream when asked
     openai: bool = False  # errors worded as the OpenAI API words them
+    media: str = "application/json"  # of the success answer
     # OpenAPI links from the success answer: (operationId, its parameter, the value's runtime
     # expression), so a client (or a fuzzer) knows where the ids it got lead
     links: tuple[tuple[str, str, str], ...] = ()
@@ -119,6 +120,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("DELETE", "/api/user/memory", pinned.delete_memory, "memory", s.MEMORY,
               params=(THREAD_IN_QUERY, Param("key", "query", s.MEMORY_KEY)), errors=(404,)),
     Operation("GET", "/api/user/credits", account.get_credits, "account", s.CREDITS),
+    Operation("GET", "/api/user/export", account.get_export, "account", s.BINARY,
+              media="application/zip"),
     Operation("GET", "/api/user/usage", account.get_usage, "account", s.USAGE_PAGE,
               params=(_limit(account.DEFAULT_USAGE_PAGE, account.MAX_USAGE_PAGE), BEFORE_ID)),
     Operation("GET", "/api/user/usage/daily", account.get_daily_usage, "account", s.DAILY,

@@ -117,3 +117,4 @@ HEALTH = obj({"status": {"const": "ok"}})
 EVENT_STREAM = {**obj({}, {"event": STRING, "data": STRING, "id": STRING, "retry": INTEGER}),
                 "description": "each Server-Sent Event"}
 ANY_JSON: Schema = {}
+BINARY: Schema = {"type": "string", "format": "binary"}

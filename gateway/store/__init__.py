@@ -85,6 +85,11 @@ class Store(Protocol):
         """End every way in to the account (API tokens, dashboard sessions, sign-in links);
         how many there were."""
 
+    async def delete_user(self, user_id: str) -> bool:
+        """Remove the account and every row held about it (threads and all they hold, their
+        inbox and outbox rows, ledger, specialists, logins, tokens, webhooks and their
+        deliveries), leaving no byte of it in the store's files; False if no such user."""
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
 

@@ -568,6 +568,20 @@ class PostgresStore(PostgresWebhooks):
             return gone
         return await self._transaction(run)
 
+    async def delete_user(self, user_id: str) -> bool:
+        """Remove the account and all held about it, in one transaction (PostgreSQL reclaims
+        the space at its next vacuum)."""
+        async def run(conn: Connection) -> bool:
+            keys = [row[0] for row in await conn.fetch(
+                "SELECT session_key FROM threads WHERE user_id = $1", user_id)]
+            await conn.execute("DELETE FROM inbox WHERE conversation = ANY($1::text[])", keys)
+            await conn.execute("DELETE FROM outbox WHERE conversation = ANY($1::text[])", keys)
+            await conn.execute("DELETE FROM webhook_deliveries WHERE user_id = $1", user_id)
+            await conn.execute("DELETE FROM sessions WHERE user_id = $1", user_id)
+            return await conn.fetchval("DELETE FROM users WHERE user_id = $1 RETURNING 1",
+                                       user_id) is not None
+        return await self._transaction(run)
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         async def run(conn: Connection) -> User:

@@ -219,11 +219,15 @@ class PostgresSessions:
             return SessionStatus(key, active, archives)
         return await self._store._query(run)
 
-    async def export(self, key: str) -> bytes | None:
-        """The active session's JSONL, header first, exactly as its lines were written."""
+    async def export(self, key: str, archive: str | None = None) -> bytes | None:
+        """The active session's JSONL (or that of its archive named ``archive``), header
+        first, exactly as its lines were written."""
         async def run(conn: Connection) -> bytes | None:
             session = await conn.fetchval(
-                "SELECT id FROM sessions WHERE key = $1 AND archived IS NULL", key)
+                "SELECT id FROM sessions WHERE key = $1 AND archived IS NULL", key) \
+                if archive is None else await conn.fetchval(
+                    "SELECT id FROM sessions WHERE key = $1 AND name = $2"
+                    " AND archived IS NOT NULL", key, archive)
             if session is None:
                 return None
             lines = await conn.fetch("SELECT line FROM session_lines WHERE session = $1"

@@ -531,6 +531,28 @@ class SQLiteStore:
                        for table in ("api_tokens", "web_sessions", "login_links"))
         return await self._transaction(run)
 
+    async def delete_user(self, user_id: str) -> bool:
+        """Remove the account and all held about it; SQLite overwrites the freed content
+        (``secure_delete``) and the WAL is checkpointed and truncated after, so that no byte
+        of it stays in the database's files."""
+        def run(conn: sqlite3.Connection) -> bool:
+            conn.execute("PRAGMA secure_delete = ON")
+            try:
+                keys = [(key,) for (key,) in conn.execute(
+                    "SELECT session_key FROM threads WHERE user_id = ?", (user_id,))]
+                conn.executemany("DELETE FROM inbox WHERE conversation = ?", keys)
+                conn.executemany("DELETE FROM outbox WHERE conversation = ?", keys)
+                conn.execute("DELETE FROM webhook_deliveries WHERE user_id = ?", (user_id,))
+                return conn.execute("DELETE FROM users WHERE user_id = ?",
+                                    (user_id,)).rowcount == 1  # the rest cascades
+            finally:
+                conn.execute("PRAGMA secure_delete = OFF")
+        deleted = await self._transaction(run, off_loop=True)
+        assert self._worker is not None
+        await self._worker.call(
+            lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        return bool(deleted)
+
     async def grant_credits(self, user_id: str, credits: int) -> User:
         """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> User:
