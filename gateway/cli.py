@@ -25,6 +25,7 @@ from .gateway import Gateway
 from .locks import KeyedLocks
 from .logs import log_handler
 from .plugins import PluginManager, declared_settings, describe_plugins, make_plugin_manager
+from .progress import Tick, progress_bar
 from .retention import PurgeReport, Retention
 from .scaffold import write_plugin
 from .secrets import SecretBox, load_or_create_key
@@ -261,17 +262,19 @@ def cmd_usage(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     """Delete threads inactive longer than their owner's plan retention (or list them)."""
-    def progress(done: int, total: int, thread: ExpiredThread) -> None:
-        verb = "would purge" if args.dry_run else "purged"
-        print(f"[{done}/{total}] {verb} {thread.session_key} (plan {thread.plan}, "
-              f"last active {thread.updated_at[:19]})", flush=True)
-
-    async def work(gw: Gateway) -> PurgeReport:
+    async def work(gw: Gateway, tick: Tick) -> PurgeReport:
+        def progress(done: int, total: int, thread: ExpiredThread) -> None:
+            if args.dry_run:  # the listing is what a dry run is for
+                print(f"[{done}/{total}] would purge {thread.session_key} (plan "
+                      f"{thread.plan}, last active {thread.updated_at[:19]})", flush=True)
+            else:
+                tick("purge", done, total)
         retention = Retention(gw.settings, gw.store, _sessions_of(gw), KeyedLocks(),
                               gw.clock, gw.quotas)
         return await retention.purge(dry_run=args.dry_run, progress=progress)
 
-    report = _with_gateway(_settings(args), work)
+    with progress_bar("threads") as tick:
+        report = _with_gateway(_settings(args), lambda gw: work(gw, tick))
     plans = ", ".join(f"{plan}: {count}" for plan, count in sorted(report.by_plan().items()))
     if args.dry_run:
         print(f"dry run: {len(report.threads)} thread(s) would be purged"
@@ -507,16 +510,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise GatewayError(f"--to {exc}") from None
     if not url:
         raise GatewayError("--to must be a postgresql:// URL")
-    on_terminal = sys.stdout.isatty()
-
-    def progress(table: str, copied: int, total: int) -> None:
-        if on_terminal:
-            print(f"\r{table:<20} {copied:>9,} / {total:,} rows", end="", flush=True)
-            if copied == total:
-                print()
-
-    report = asyncio.run(migrate(Path(args.from_sqlite), url, force=args.force,
-                                 progress=progress))
+    with progress_bar("rows") as tick:
+        report = asyncio.run(migrate(Path(args.from_sqlite), url, force=args.force,
+                                     progress=tick))
     tables = ", ".join(f"{table} {count:,}" for table, count in report.copied.items() if count)
     print(f"migrated {report.total:,} rows from {args.from_sqlite} ({tables or 'none'}); "
           "every table's count matches")
