@@ -1,6 +1,6 @@
 """The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan,
-plans, usage,
-purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin."""
+plans, usage, purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin,
+completion."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from aiohttp import web
 from . import __version__, user_data
 from .app import build_app
 from .billing import period_bounds
+from .completion import bash_script
 from .config import Settings, load_settings
 from .errors import ConfigError, GatewayError
 from .gateway import Gateway
@@ -519,8 +520,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the shell completion script: ``eval "$(cloudybot completion bash)"``."""
+    print(bash_script(build_parser()), end="")
+    return 0
+
+
 def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     """plugins, new-plugin."""
+    completion = commands.add_parser(
+        "completion", help="print shell completion: eval \"$(cloudybot completion bash)\"")
+    completion.add_argument("shell", choices=["bash"])
+    completion.set_defaults(handler=cmd_completion)
     plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
     plugins.set_defaults(handler=cmd_plugins)
     scaffold = commands.add_parser("new-plugin",

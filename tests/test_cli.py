@@ -375,3 +375,22 @@ def test_plans_lists_the_configured_plans(data_dir: Path, tmp_path: Path) -> Non
     rows = {row.split()[0]: row.split()[1:] for row in result.stdout.strip().splitlines()[1:]}
     assert rows["starter"] == ["50", "0", "7d", "5"]
     assert rows["free"][-1] == "(default)" and rows["team"][3] == "none"
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("cloudybot us", {"users", "usage"}),
+    ("cloudybot users ex", {"export"}),
+    ("cloudybot --config prod.toml users d", {"delete"}),
+    ("cloudybot serve --p", {"--port"}),
+    ("cloudybot sessions ", {"list", "show", "export", "rotate", "--help"}),
+])
+def test_bash_completion_comes_from_the_parser(data_dir: Path, tmp_path: Path, line: str,
+                                               expected: set[str]) -> None:
+    script = cloudybot(data_dir, "completion", "bash")
+    assert script.returncode == 0
+    (tmp_path / "completion.sh").write_text(script.stdout, encoding="utf-8")
+    words = line.split() + ([""] if line.endswith(" ") else [])
+    probe = (f"source {tmp_path / 'completion.sh'}; COMP_WORDS=({' '.join(map(repr, words))});"
+             f" COMP_CWORD={len(words) - 1}; _cloudybot; echo \"${{COMPREPLY[*]}}\"")
+    answered = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+    assert set(answered.stdout.split()) == expected
