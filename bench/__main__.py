@@ -31,6 +31,9 @@ gateway's CPU per turn read from its own process counters, not throughput:
 13. webhooks (bench/webhooks.py): ``/chat`` throughput at x8 with three endpoints subscribed
     (fast, slow, dead) vs none, two servers, windows interleaved.
 
+``--soak`` runs only the soak (bench/soak.py): 20,000 turns over 500 threads, RSS, open
+descriptors and p99 per 1,000-turn window.
+
 ``--quick`` (CI's smoke run) uses short windows, one round and smaller sets: its figures are
 indicative only.
 """
@@ -62,6 +65,7 @@ from bench import (
     postgres,
     scaleout,
     sessions,
+    soak,
     streaming,
     threadlist,
     webhooks,
@@ -93,6 +97,9 @@ TARGETS = {
     # issue 12: the OpenAI-compatible endpoint costs about what /chat costs
     "v1_vs_chat_cpu": ("<=", 1.1),
     "webhooks_throughput_ratio": (">=", 0.95),
+    "soak_rss_growth": ("<=", 0.10),
+    "soak_p99_trend": ("<=", 1.25),
+    "soak_fds_growth": ("<=", 0),
     "postgresql_round_trips_per_turn": ("<=", 4.0),
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
@@ -377,6 +384,35 @@ async def run(quick: bool, against: str | None,
     return figures
 
 
+def _soak(json_path: str | None) -> int:
+    """The soak run alone: its figures, judged, and as JSON if asked."""
+    with tempfile.TemporaryDirectory(prefix="cloudybot-soak-") as tmp:
+        figures = asyncio.run(soak.run(Path(tmp)))
+    results = verdicts(figures)
+    print(f"\nCloudyBot gateway soak — {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}: {figures['soak_turns']:,.0f} turns over "
+          f"{soak.THREADS} threads ({figures['soak_channel_turns']:,.0f} through Telegram), "
+          f"{figures['soak_rotations']:,.0f} session rotations")
+    _value_rows(figures, [
+        ("RSS, first window", "soak_rss_start_mb", "{:.1f} MB"),
+        ("RSS, last window", "soak_rss_end_mb", "{:.1f} MB"),
+        ("  growth", "soak_rss_growth", "{:+.1%}"),
+        ("open file descriptors, first window", "soak_fds_start", "{:.0f}"),
+        ("open file descriptors, last window", "soak_fds_end", "{:.0f}"),
+        ("  second half's peak over the first half's", "soak_fds_growth", "{:+.0f}"),
+        ("/chat p99, first half's windows (median)", "soak_p99_first_ms", "{:.2f} ms"),
+        ("/chat p99, second half's windows (median)", "soak_p99_last_ms", "{:.2f} ms"),
+        ("  second / first", "soak_p99_trend", "{:.2f}"),
+    ], results)
+    print("p99 per 1,000-turn window (ms): "
+          + " ".join(f"{value:.1f}" for value in figures["soak_p99_by_window_ms"]))
+    print("open descriptors per window: "
+          + " ".join(str(value) for value in figures["soak_fds_by_window"]))
+    if json_path:
+        Path(json_path).write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    return 0
+
+
 def main() -> int:
     """Run the benchmark; print the table; write JSON if asked. Never fails on figures."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
@@ -384,6 +420,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help="CI's smoke run (well under 90 s): indicative figures only")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--soak", action="store_true",
+                        help="only the soak run: 20,000 turns over 500 threads (not in CI)")
     parser.add_argument("--against", metavar="REV", default=REFERENCE,
                         help="the commit whose serve runs beside today's in the headline "
                              f"(default {REFERENCE}, the goals' reference; 'none': no reference)")
@@ -394,6 +432,8 @@ def main() -> int:
         "CLOUDYBOT_TEST_DATABASE_URL", postgres.DEFAULT_SERVER),
         help="the PostgreSQL server for --backend postgresql (a database is made and dropped)")
     args = parser.parse_args()
+    if args.soak:
+        return _soak(args.json)
     figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against,
                               args.database_url if args.backend == "postgresql" else None))
     print_table(figures)
