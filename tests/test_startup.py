@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gateway import hookimpl
-from gateway.errors import PluginError
+from gateway.config import Settings
+from gateway.errors import ConfigError, PluginError
+from gateway.gateway import Gateway
 from gateway.plugins import PluginManager
+from gateway.testing.slack import SIGNING_SECRET, FakeSlack
 from tests.conftest import PROXY_VARIABLES
 from tests.test_plugins import install_distribution
 
@@ -77,3 +81,16 @@ async def test_a_plugin_failing_to_build_its_tool_stops_start(
     with pytest.raises(PluginError, match=r"'bad-tools' failed in register_tools\(\): "
                                           r"ValueError: no such API key"):
         await start_gateway()  # type: ignore[operator]
+
+
+async def test_a_slack_token_slack_refuses_stops_start(
+        make_settings: Callable[..., Settings], pm: PluginManager,
+        fake_slack: FakeSlack) -> None:
+    gateway = Gateway(make_settings(slack_bot_token="xoxb-not-the-fakes-token-000",
+                                    slack_signing_secret=SIGNING_SECRET,
+                                    slack_api_base=fake_slack.base_url), pm)
+    with pytest.raises(ConfigError) as refused:
+        await gateway.start()
+    assert refused.value.message == ("CLOUDYBOT_SLACK_BOT_TOKEN was refused by Slack "
+                                     "(invalid_auth)")
+    assert not gateway.accepting

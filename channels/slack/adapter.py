@@ -79,6 +79,9 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
 # Posted replies: no link or media previews (see send), no name linking.
 UNLINKED: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False, "link_names": False}
+# auth.test's errors that mean the token itself is refused (not a passing failure).
+REFUSED_TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive",
+                                  "token_revoked", "token_expired", "no_permission"})
 TOKEN_FORMAT = re.compile(r"xox[bp]-[A-Za-z0-9-]{8,}")
 FILE_HOST = "files.slack.com"
 PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -310,10 +313,32 @@ class SlackChannel(Channel):
                          text=mrkdwn, thread_ts=address.get("thread_ts"), **UNLINKED)
 
     async def start(self) -> None:
-        """Check the token; open the HTTP session that downloads pictures (vision)."""
+        """Check the token, with Slack too (``auth.test``: a refused token stops start-up);
+        open the HTTP session that downloads pictures (vision)."""
         self.check_token()
+        if self.bolt is not None:
+            await self._check_with_slack(self.bolt.client)
         if self._downloads is None:
             self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+
+    @staticmethod
+    async def _check_with_slack(client: AsyncWebClient) -> None:
+        """``auth.test``: a token Slack refuses is a ConfigError; Slack out of reach is only
+        logged (events wait until it is back, as with any outage)."""
+        try:
+            answer = await client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else None
+            if error in REFUSED_TOKEN_ERRORS:
+                raise ConfigError(f"CLOUDYBOT_SLACK_BOT_TOKEN was refused by Slack ({error})") \
+                    from None
+            log.warning("slack: auth.test failed (%s); starting anyway", error)
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("slack: cannot reach Slack to check the token (%s); starting anyway",
+                        type(exc).__name__)
+            return
+        log.info("slack: connected as %s in %s", answer.get("user"), answer.get("team"))
 
     async def close(self) -> None:
         """Close the download session."""
