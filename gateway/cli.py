@@ -367,6 +367,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     """List loaded plugins, built-in and third-party: the hooks each implements, the channels
     it offers (enabled or not) and its settings as configured (secrets masked)."""
     settings, pm = _load(args)
+    for name, error in pm.load_failures.items():  # serve would refuse to start
+        print(f"{name:<16} FAILED TO LOAD: {error}")
     for info in asyncio.run(describe_plugins(Gateway(settings, pm))):
         print(f"{info.name:<16} {info.distribution:<24} {info.module}")
         print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
@@ -374,7 +376,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"{'':<16} channel {channel}: {'enabled' if enabled else 'off'}")
         for line in info.settings:
             print(f"{'':<16} {line}")
-    return 0
+    return 1 if pm.load_failures else 0
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:

@@ -94,3 +94,21 @@ async def test_a_slack_token_slack_refuses_stops_start(
     assert refused.value.message == ("CLOUDYBOT_SLACK_BOT_TOKEN was refused by Slack "
                                      "(invalid_auth)")
     assert not gateway.accepting
+
+
+async def test_plugins_lists_a_plugin_that_failed_to_load_and_exits_1(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(site, "cloudybot-fake-broken", {
+        "fake_broken_listed": 'raise ImportError("no module named pigeons")\n'})
+    env = {key: value for key, value in os.environ.items()
+           if key not in PROXY_VARIABLES and not key.startswith("CLOUDYBOT_")}
+    env.update({"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(site)})
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "plugins", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, _ = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 1
+    assert ("fake_broken_listed FAILED TO LOAD: ImportError: no module named pigeons"
+            in stdout.decode())
+    assert "dashboard" in stdout.decode()  # the rest is still listed
