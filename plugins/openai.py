@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 BACKOFF_BASE_SECONDS = 0.5
 MAX_WAIT_SECONDS = 30.0
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # 529: Anthropic's "overloaded"
 # No call reads or writes a billion tokens: a larger count is not a count (the gateway then
 # applies its tighter bounds on reported usage to what is left).
 MAX_REPORTED_TOKENS = 10**9
@@ -83,6 +83,7 @@ class OpenAIProvider(Provider):
     """Chat completions against ``{base_url}/chat/completions``."""
 
     name = "openai"
+    path = CHAT_PATH  # under the base URL
 
     def __init__(self, base_url: str, api_key: str, timeout: float, max_retries: int) -> None:
         self.base_url = base_url.rstrip("/")
@@ -94,13 +95,17 @@ class OpenAIProvider(Provider):
 
     async def start(self) -> None:
         """Open the one HTTP client (its pool of connections) this provider uses."""
+        try:
+            self._client = HTTPClient(self.base_url, headers=self._headers())
+        except ValueError as exc:
+            raise ConfigError(f"the LLM base URL or API key cannot be used: {exc}") from None
+
+    def _headers(self) -> dict[str, str]:
+        """What every request carries: the key, as this API wants it."""
         headers = {"Accept": "application/json, text/event-stream"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        try:
-            self._client = HTTPClient(self.base_url, headers=headers)
-        except ValueError as exc:
-            raise ConfigError(f"the LLM base URL or API key cannot be used: {exc}") from None
+        return headers
 
     async def close(self) -> None:
         """Close the HTTP client's connections."""
@@ -159,12 +164,11 @@ class OpenAIProvider(Provider):
                 await self._back_off(attempt, None, type(exc).__name__)
         raise ProviderError("the LLM provider kept failing")
 
-    @staticmethod
-    async def _attempt(client: HTTPClient, body: bytes,
+    async def _attempt(self, client: HTTPClient, body: bytes,
                        read: Callable[[Response], Awaitable[Completion]],
                        last_try: bool) -> Completion:
         """One POST. Failures while reading an answer are ProviderErrors (not retried)."""
-        async with client.post(CHAT_PATH, body) as response:
+        async with client.post(self.path, body) as response:
             if response.status in RETRY_STATUSES and not last_try:
                 raise _RetryLater(response.status,
                                   retry_after_seconds(response.header("Retry-After")))
