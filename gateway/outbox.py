@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
+from .errors import one_line
 from .hooks import PluginHooks
 from .interfaces import DeliveryFailed, DeliveryRetry
 from .logs import mask_secrets
@@ -41,9 +42,7 @@ MAX_BACKOFF_SECONDS = 600.0
 
 def describe(error: BaseException) -> str:
     """A one-line reason for the delivery record: no traceback, no bot token."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    name = type(error).__name__
-    return mask_secrets(f"{name}: {text}" if text else name)[:300]
+    return mask_secrets(one_line(error))[:300]
 
 
 class OutboxHost(KitHost, Protocol):

@@ -16,6 +16,7 @@ from gateway.testing.fake_llm import FakeLLM
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.process import ServeProcess
 from tests.test_cli import acloudybot, last_line
+from tests.test_crash_recovery import processes  # noqa: F401 (a fixture)
 
 SECRET = "one-secret-key-for-every-process"
 
@@ -25,14 +26,6 @@ async def receiver() -> AsyncIterator[WebhookReceiver]:
     server = WebhookReceiver()
     yield server
     await server.close()
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for process in started:
-        await process.ensure_stopped()
 
 
 def child_env(fake_llm: FakeLLM, **extra: str) -> dict[str, str]:
@@ -59,7 +52,7 @@ async def post(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
 
 async def test_a_delivery_cut_by_sigkill_arrives_after_restart_with_its_webhook_id(
         tmp_path: Path, fake_llm: FakeLLM, receiver: WebhookReceiver,
-        processes: list[ServeProcess]) -> None:
+        processes: list[ServeProcess]) -> None:  # noqa: F811
     first = ServeProcess(tmp_path / "data", child_env(fake_llm))
     processes.append(first)
     headers = await token_for(first, "alice")
@@ -95,7 +88,7 @@ async def test_a_delivery_cut_by_sigkill_arrives_after_restart_with_its_webhook_
 
 async def test_a_dead_process_s_deliveries_are_taken_over_by_another(
         tmp_path: Path, postgres_url: str, fake_llm: FakeLLM, receiver: WebhookReceiver,
-        processes: list[ServeProcess]) -> None:
+        processes: list[ServeProcess]) -> None:  # noqa: F811
     env = child_env(fake_llm, CLOUDYBOT_DATABASE_URL=postgres_url,
                     CLOUDYBOT_LEADER_RETRY_SECONDS="0.2")
     dying, surviving = (ServeProcess(tmp_path / f"gateway-{n}", env) for n in range(2))

@@ -116,5 +116,4 @@ HEALTH = obj({"status": {"const": "ok"}})
 # One Server-Sent Event: /chat's are delta, reset, done and error; /v1's are unnamed chunks.
 EVENT_STREAM = {**obj({}, {"event": STRING, "data": STRING, "id": STRING, "retry": INTEGER}),
                 "description": "each Server-Sent Event"}
-ANY_JSON: Schema = {}
 BINARY: Schema = {"type": "string", "format": "binary"}

@@ -24,11 +24,17 @@ from ..config import Settings
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
 from ..sessions import RotationObserver
 from ..times import epoch_of, iso_utc
-from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
+from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from .postgres_migrations import MIGRATIONS
 from .postgres_quotas import SharedQuotas
 from .postgres_sessions import SESSION_STATE, PostgresSessions
-from .postgres_webhooks import PostgresWebhooks, event_params
+from .postgres_webhooks import (
+    HOOKED_ROWS,
+    PostgresWebhooks,
+    credits_low_body,
+    event_params,
+    queue_events,
+)
 from .records import (
     REPLY_SLOT,
     USER_MESSAGE_SLOT,
@@ -249,19 +255,10 @@ events AS (
   SELECT e.type, e.body, $2::text AS owner
   FROM unnest($27::text[], $28::text[]) AS e(type, body), ok
   UNION ALL
-  SELECT 'credits.low', json_build_object(
-           'type', 'credits.low', 'timestamp', $5::text,
-           'data', json_build_object('credits', billed.credits, 'threshold', $29::bigint))::text,
-         $19
+  SELECT 'credits.low', """ + credits_low_body("$5", "$29") + """, $19
   FROM billed, spent
   WHERE spent.credits > 0 AND billed.credits < $29 AND billed.credits + spent.credits >= $29),
-hooked AS (
-  INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,
-                                  next_attempt, created, taken_by)
-  SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.user_id, e.type, e.body,
-         'pending', $12, $12, $21
-  FROM events e JOIN webhooks w ON w.user_id = e.owner AND e.type = ANY(w.events)
-  RETURNING {WEBHOOK_DELIVERY_COLUMNS}),
+""" + queue_events(due="$12", taker="$21") + """,
 ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
 lines AS (
   SELECT x.ord,
@@ -288,9 +285,8 @@ session_written AS (
   SELECT session.id, top.n + 1 + lines.ord, lines.reply_id, lines.line
   FROM session, top, lines)
 SELECT EXISTS (SELECT 1 FROM thread) AS touched, EXISTS (SELECT 1 FROM ok) AS written,
-       ARRAY(SELECT id FROM kept ORDER BY id) AS ids,
-       (SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked) AS hooked
-""".replace("{WEBHOOK_DELIVERY_COLUMNS}", WEBHOOK_DELIVERY_COLUMNS)
+       ARRAY(SELECT id FROM kept ORDER BY id) AS ids, """ + HOOKED_ROWS + """ AS hooked
+"""
 assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN replaces
 
 
@@ -318,22 +314,12 @@ events AS (
   SELECT e.type, e.body, thread.user_id AS owner
   FROM unnest($15::text[], $16::text[]) AS e(type, body), thread
   UNION ALL
-  SELECT 'credits.low', json_build_object(
-           'type', 'credits.low', 'timestamp', $14::text,
-           'data', json_build_object('credits', billed.credits, 'threshold', $17::bigint))::text,
-         $6
+  SELECT 'credits.low', """ + credits_low_body("$14", "$17") + """, $6
   FROM billed, thread
   WHERE $12::bigint > 0 AND billed.credits < $17 AND billed.credits + $12 >= $17),
-hooked AS (
-  INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,
-                                  next_attempt, created, taken_by)
-  SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.user_id, e.type, e.body,
-         'pending', $18, $18, $19
-  FROM events e JOIN webhooks w ON w.user_id = e.owner AND e.type = ANY(w.events)
-  RETURNING {WEBHOOK_DELIVERY_COLUMNS})
-SELECT EXISTS (SELECT 1 FROM thread) AS applied,
-       (SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked) AS hooked
-""".replace("{WEBHOOK_DELIVERY_COLUMNS}", WEBHOOK_DELIVERY_COLUMNS)
+""" + queue_events(due="$18", taker="$19") + """
+SELECT EXISTS (SELECT 1 FROM thread) AS applied, """ + HOOKED_ROWS + """ AS hooked
+"""
 
 
 class _QueryConnection(asyncpg.Connection):  # type: ignore[misc]

@@ -32,6 +32,30 @@ RETURNING {WEBHOOK_DELIVERY_COLUMNS}
 """
 
 
+def queue_events(due: str, taker: str) -> str:
+    """The CTE ``hooked`` of a commit statement: one delivery, due at ``due`` and taken by
+    ``taker`` (SQL parameters), per endpoint subscribed to a row of the statement's CTE
+    ``events`` (type, body, owner); :data:`HOOKED_ROWS` selects them."""
+    return f"""hooked AS (
+  INSERT INTO webhook_deliveries (message_id, webhook, user_id, event, body, state,
+                                  next_attempt, created, taken_by)
+  SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.user_id, e.type, e.body,
+         'pending', {due}, {due}, {taker}
+  FROM events e JOIN webhooks w ON w.user_id = e.owner AND e.type = ANY(w.events)
+  RETURNING {WEBHOOK_DELIVERY_COLUMNS})"""
+
+
+# What ``hooked`` queued, as the JSON array :meth:`PostgresWebhooks._announce` reads.
+HOOKED_ROWS = f"(SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked)"
+
+
+def credits_low_body(timestamp: str, threshold: str) -> str:
+    """SQL for the body of a ``credits.low`` event, from the CTE ``billed``'s balance."""
+    return (f"json_build_object('type', 'credits.low', 'timestamp', {timestamp}::text, "
+            f"'data', json_build_object('credits', billed.credits, 'threshold', "
+            f"{threshold}::bigint))::text")
+
+
 def event_params(events: Sequence[WebhookEvent], now: str) -> tuple[list[str], list[str]]:
     """Events as a statement's two arrays: their types and their bodies."""
     return ([event.type for event in events],
