@@ -86,6 +86,21 @@ async def test_accounts_grants_tokens_and_periods(store: Store) -> None:
     assert await store.get_user("nobody") is None
 
 
+async def test_browser_minutes_are_taken_only_as_far_as_the_balance_holds(store: Store) -> None:
+    await users(store)
+    await store.set_plan("bob", "team", 5000, 3)
+    assert await store.take_minutes("bob", "bob--t1", 2) == 2
+    assert await store.take_minutes("bob", "bob--t1", 2) == 1  # only one was left
+    assert await store.take_minutes("bob", "bob--t1", 1) == 0
+    user = await store.get_user("bob")
+    assert user is not None and user.browser_minutes == 0
+    rows = [c for c in await store.ledger("bob") if c.kind == "browser"]
+    assert [row.minutes for row in rows] == [2, 1]  # nothing written for the refusal
+    results = await asyncio.gather(*(store.take_minutes("alice", None, 1) for _ in range(40)))
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.browser_minutes == 0 and sum(results) == 30
+
+
 async def test_the_ledger_in_pages_totals_and_days(store: Store, clock: Clock) -> None:
     await users(store)
     for index in range(5):

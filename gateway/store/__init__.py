@@ -112,6 +112,11 @@ class Store(Protocol):
                              what: str = "browser") -> User:
         """Take metered browser minutes (a ledger row of kind ``what``)."""
 
+    async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
+        """Take up to ``minutes`` browser minutes, never more than the balance holds (one
+        ``browser`` ledger row, none when nothing is left): how many were taken. Atomic, so
+        concurrent browser sessions of one user never take the balance below zero."""
+
     async def ledger_page(self, user_id: str, limit: int, before: int | None
                           ) -> tuple[list[LedgerEntry], int | None]:
         """Up to ``limit`` ledger rows older than ``before``, newest first, and the cursor."""

@@ -631,6 +631,21 @@ class PostgresStore(PostgresWebhooks):
             return await _get_user(conn, user_id)
         return await self._transaction(run)
 
+    async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
+        """Take up to ``minutes`` browser minutes, never more than the balance holds (the
+        user's row locked meanwhile: other processes' sessions wait their turn)."""
+        async def run(conn: Connection) -> int:
+            left = await conn.fetchval(
+                "SELECT browser_minutes FROM users WHERE user_id = $1 FOR UPDATE", user_id)
+            if left is None:
+                raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            taken = min(minutes, max(0, int(left)))
+            if taken > 0:
+                await _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
+                              self._now())
+            return taken
+        return await self._transaction(run)
+
     async def ledger_page(self, user_id: str, limit: int, before: int | None
                           ) -> tuple[list[LedgerEntry], int | None]:
         """Up to ``limit`` ledger rows older than ``before``, newest first, and the next

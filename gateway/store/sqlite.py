@@ -614,6 +614,16 @@ class SQLiteStore:
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
+    async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
+        """Take up to ``minutes`` browser minutes, never more than the balance holds."""
+        def run(conn: sqlite3.Connection) -> int:
+            taken = min(minutes, max(0, _get_user(conn, user_id).browser_minutes))
+            if taken > 0:
+                _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
+                        self._now())
+            return taken
+        return await self._transaction(run)
+
     async def ledger_page(self, user_id: str, limit: int, before: int | None
                           ) -> tuple[list[LedgerEntry], int | None]:
         """Up to ``limit`` ledger rows older than ``before``, newest first, and the next cursor."""
