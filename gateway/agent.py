@@ -246,6 +246,7 @@ class Agent:
                 exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id, state)
                 if state.messages and not new_session else {},
                 reserved_tokens=self.toolbox.schema_tokens,
+                vault=settings.browser_vault,
             ),
             self.counter,
             settings.max_context,

@@ -185,6 +185,10 @@ class Settings:
         10.0, "an endpoint that has not answered 2xx by then has failed the attempt",
         key="timeout_seconds", section="webhooks", env="CLOUDYBOT_WEBHOOKS_TIMEOUT_SECONDS",
         parse=options.positive_float)
+    browser_vault: bool = setting(
+        False, "saved browser logins reach the prompt as site names only: the browser tool's "
+        "fill_credential is then the one way a password reaches a page", key="vault",
+        section="browser", env="CLOUDYBOT_BROWSER_VAULT")
     channel_streaming: bool = setting(True, "show channel replies growing while the model "
                                       "writes (where the channel can)", key="streaming",
                                       section="channels", env="CLOUDYBOT_CHANNEL_STREAMING")

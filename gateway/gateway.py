@@ -235,6 +235,7 @@ class Gateway:
             except Exception:
                 log.exception("channel %r failed to close", channel.name)
         await self.webhooks.close()
+        await self.hooks.gateway_stopping()
         if self._running is not None:
             await self._running.provider.close()
         await self.store.close()

@@ -130,3 +130,7 @@ class PluginHooks:
         """Tell the observers that a reply reached its channel."""
         await notify_each(self.pm.hook.reply_sent, gateway=self.gateway, message=delivery,
                           text=text)
+
+    async def gateway_stopping(self) -> None:
+        """Tell the plugins that the gateway stops: they release what they hold."""
+        await notify_each(self.pm.hook.gateway_stopping, gateway=self.gateway)

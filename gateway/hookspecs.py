@@ -133,6 +133,16 @@ def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
 
 
 @hookspec
+def gateway_stopping(gateway: Gateway) -> None:
+    """Release what the plugin holds for the running gateway (a browser, connections,
+    background tasks): called once as the gateway stops, after its turns finished or the grace
+    period ended, while the store is still open.
+
+    :param gateway: the gateway that stops.
+    """
+
+
+@hookspec
 def reply_sent(gateway: Gateway, message: Delivery, text: str) -> None:
     """Observe a reply delivered to a channel (after every chunk arrived), also one delivered
     after a restart.

@@ -57,6 +57,8 @@ class PromptInputs:
     reserved_tokens: int = 0
     # pictures sent with the new user message, as data: URLs (counted in user_tokens)
     user_images: Sequence[str] = ()
+    # CLOUDYBOT_BROWSER_VAULT: saved logins appear as their sites only
+    vault: bool = False
 
 
 # The system message's layers in order, by the position a plugin section names to follow one.
@@ -114,8 +116,15 @@ def render_pinned(pinned: dict[str, str]) -> str:
             f"<pinned>\n{lines}\n</pinned>")
 
 
-def render_credentials(credentials: Iterable[Credential]) -> str:
-    """Section 5's browser hint listing saved logins, verbatim (the tool needs exact values)."""
+def render_credentials(credentials: Iterable[Credential], vault: bool = False) -> str:
+    """Section 5's browser hint listing saved logins: verbatim (the tool needs exact values),
+    or in ``vault`` mode (``CLOUDYBOT_BROWSER_VAULT``) their sites only."""
+    if vault:
+        sites = "\n".join(f"- {c.site}" for c in credentials)
+        return ("Saved browser logins exist for these sites:\n"
+                f"{sites}\nTo sign in, open the site's login page with the browser tool and "
+                "call its fill_credential action with the site: the username and password are "
+                "filled in for you, and you never see them.")
     lines = "\n".join(f"- {c.site}: username {c.username}, password {c.password}"
                       for c in credentials)
     return ("Saved browser logins, for the browser tool only (never repeat a password to the "
@@ -136,7 +145,8 @@ def system_layers(inputs: PromptInputs) -> list[tuple[str, str]]:
          f"Summary of the earlier conversation:\n{inputs.summary}" if inputs.summary else None),
         ("after_hints", "\n\n".join(
             part for part in (
-                render_credentials(inputs.credentials) if inputs.credentials else "",
+                render_credentials(inputs.credentials, inputs.vault) if inputs.credentials
+                else "",
                 ROTATION_HINT if inputs.session_rotated else "",
             ) if part) or None),
     ]

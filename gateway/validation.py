@@ -12,6 +12,9 @@ NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 MAX_MEMORY_VALUE_CHARS = 2000
 MAX_INSTRUCTIONS_CHARS = 8000
+MAX_SITE_CHARS = 260  # a 253-character host name and a port
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+SITE = re.compile(rf"(?P<host>{_LABEL}(?:\.{_LABEL})*|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{{1,5}}))?")
 
 
 def thread_id(value: object) -> str:
@@ -80,3 +83,14 @@ def text(value: object, field: str, max_chars: int, *, allow_empty: bool = False
     if "\x00" in value:
         raise BadRequest(f"{field} must not contain NUL characters", code=f"invalid_{field}")
     return _encodable(value, field)
+
+
+def site(value: object) -> str:
+    """A saved login's site: a host name (or IP address), with ``:port`` when not the
+    default, as ``bank.example.com`` or ``127.0.0.1:8443``; lower-cased."""
+    found = SITE.fullmatch(text(value, "site", MAX_SITE_CHARS).strip().lower())
+    port = found["port"] if found else None
+    if found is None or (port is not None and not 0 < int(port) < 65536):
+        raise BadRequest("site must be a host name, with :port when not the default "
+                         "(bank.example.com, 127.0.0.1:8443)", code="invalid_site")
+    return found.group(0)

@@ -14,7 +14,7 @@ from ..store import Charge, SecretRecord
 from .context import caller, int_param
 from .middleware import read_json_object
 
-MAX_SITE_CHARS = 253
+MAX_SITE_CHARS = validation.MAX_SITE_CHARS
 MIN_PASSWORD_CHARS = 8
 DEFAULT_USAGE_PAGE = 50
 MAX_USAGE_PAGE = 500
@@ -145,7 +145,7 @@ async def put_credential(request: web.Request) -> web.Response:
     """Save a login, encrypted at rest; answer with the list (no passwords)."""
     gateway, user = caller(request)
     body = await read_json_object(request)
-    site = validation.text(body.get("site"), "site", MAX_SITE_CHARS)
+    site = validation.site(body.get("site"))
     username = validation.text(body.get("username"), "username", MAX_SECRET_CHARS)
     password = validation.text(body.get("password"), "password", MAX_SECRET_CHARS)
     if len(password) < MIN_PASSWORD_CHARS:
@@ -158,7 +158,7 @@ async def put_credential(request: web.Request) -> web.Response:
         raise BadRequest("password must not be part of the redaction marker "
                          f"{REDACTED!r}", code="invalid_password")
     blob = gateway.secret_box.seal({"username": username, "password": password}, user.user_id)
-    records = await gateway.store.put_credential(user.user_id, site.strip(), blob)
+    records = await gateway.store.put_credential(user.user_id, site, blob)
     return await _credential_list(request, records)
 
 
