@@ -29,7 +29,10 @@ gateway's CPU per turn read from its own process counters, not throughput:
 12. the OpenAI-compatible endpoint (bench/openai_compat.py): server CPU per turn through
     ``POST /v1/chat/completions`` vs ``POST /chat`` on the same server, windows interleaved;
 13. webhooks (bench/webhooks.py): ``/chat`` throughput at x8 with three endpoints subscribed
-    (fast, slow, dead) vs none, two servers, windows interleaved.
+    (fast, slow, dead) vs none, two servers, windows interleaved;
+14. the browser tool (bench/browser.py): Chromium's launch, a context's start, each action
+    through the tool vs the same Playwright call, memory per open context; server CPU per
+    turn with the browser plugin on (unused) vs off.
 
 ``--soak`` runs only the soak (bench/soak.py): 20,000 turns over 500 threads, RSS, open
 descriptors and p99 per 1,000-turn window.
@@ -56,6 +59,7 @@ from typing import Any
 
 from bench import (
     assembly,
+    browser,
     channel,
     conversations,
     cpu,
@@ -97,6 +101,8 @@ TARGETS = {
     # issue 12: the OpenAI-compatible endpoint costs about what /chat costs
     "v1_vs_chat_cpu": ("<=", 1.1),
     "webhooks_throughput_ratio": (">=", 0.95),
+    # A turn that does not use the browser must not pay for it (its hint, its schema).
+    "browser_turn_cpu_ratio": ("<=", 1.05),
     "soak_rss_growth": ("<=", 0.10),
     "soak_p99_trend": ("<=", 1.25),
     "soak_fds_growth": ("<=", 0),
@@ -332,6 +338,24 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  machine's cores busy, no webhooks", "webhooks_none_busy", "{:.0%}"),
         ("  machine's cores busy, 3 webhooks", "webhooks_three_busy", "{:.0%}"),
     ], results)
+    print(f"\nbrowser tool, {figures.get('browser_contexts_measured', 0):.0f} contexts "
+          "(headless Chromium, a 200-row page on loopback)")
+    _value_rows(figures, [
+        ("Chromium launch + first open", "browser_launch_ms", "{:.0f} ms"),
+        ("new context (context, page, first minute)", "browser_context_start_ms",
+         "{:.1f} ms"),
+        ("memory per open context (PSS)", "browser_memory_per_context_mb", "{:.1f} MB"),
+        ("read through the tool", "browser_read_ms", "{:.2f} ms"),
+        ("  the same Playwright call", "browser_read_direct_ms", "{:.2f} ms"),
+        ("  the tool's overhead", "browser_read_overhead_ms", "{:.2f} ms"),
+        ("fill through the tool", "browser_fill_ms", "{:.2f} ms"),
+        ("  the tool's overhead", "browser_fill_overhead_ms", "{:.2f} ms"),
+        ("open through the tool", "browser_open_ms", "{:.2f} ms"),
+        ("  the tool's overhead", "browser_open_overhead_ms", "{:.2f} ms"),
+        ("server CPU per turn, browser plugin off", "browser_off_cpu_us", "{:.0f} µs"),
+        ("server CPU per turn, browser plugin on (unused)", "browser_on_cpu_us", "{:.0f} µs"),
+        ("  on / off", "browser_turn_cpu_ratio", "{:.2f}"),
+    ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
     if quick:
@@ -379,6 +403,7 @@ async def run(quick: bool, against: str | None,
         await section("dashboard", lambda: dashboard.run(quick, tmp))
         await section("openai-compatible", lambda: openai_compat.run(quick, tmp))
         await section("webhooks", lambda: webhooks.run(quick, tmp))
+        await section("browser", lambda: browser.run(quick, tmp))
     figures["section_s"] = durations
     figures["total_s"] = time.perf_counter() - started
     return figures

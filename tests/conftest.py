@@ -78,11 +78,15 @@ def make_settings(data_dir: Path, fake_llm: FakeLLM, request: pytest.FixtureRequ
     """Settings in a temp data dir, talking to the fake LLM. Keyword arguments override: a
     core field by its name, a plugin's setting by its variable without ``CLOUDYBOT_``
     (``telegram_group_mode="all"``, ``llm_max_retries=0``; ``""`` unsets), read as the
-    gateway reads the environment. With ``CLOUDYBOT_TEST_BACKEND=postgresql``, the store is
+    gateway reads the environment; the browser is off unless ``browser_enabled=True``. With
+    ``CLOUDYBOT_TEST_BACKEND=postgresql``, the store is
     a fresh PostgreSQL schema of the test's own."""
     database = request.getfixturevalue("postgres_url") if ON_POSTGRES else ""
 
     def make(**overrides: Any) -> Settings:
+        # The browser plugin's hint would make every prompt depend on whether this machine
+        # has Chromium: tests/test_browser.py turns it on.
+        overrides.setdefault("browser_enabled", False)
         if database and "database_url" not in overrides:
             overrides["database_url"] = database
         variables = {f"CLOUDYBOT_{key.upper()}": _variable_text(value)

@@ -37,7 +37,7 @@ if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
 pytest.importorskip("playwright.async_api")
 
 Start = Callable[..., Awaitable[Harness]]
-ALLOWED = {"browser_allow_private": True, "max_tool_rounds": 8}
+ALLOWED = {"browser_enabled": True, "browser_allow_private": True, "max_tool_rounds": 8}
 
 
 @pytest.fixture
@@ -212,7 +212,7 @@ async def test_click_fill_and_bad_calls_answer_the_model_without_failing_the_tur
 # --- SSRF ---------------------------------------------------------------------------------------
 async def test_loopback_pages_are_refused_by_default(
         start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
-    harness = await start_gateway()
+    harness = await start_gateway(browser_enabled=True)
     auth = await harness.user()
     fake_llm.script += browse({"action": "open", "url": f"{website.base}/login"},
                               {"action": "open", "url": "http://169.254.169.254/latest/"},
@@ -229,7 +229,7 @@ async def test_loopback_pages_are_refused_by_default(
 
 async def test_every_connection_chromium_makes_is_checked_again_dns_rebinding_included(
         start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
-    harness = await start_gateway()
+    harness = await start_gateway(browser_enabled=True)
     auth = await harness.user()
     answers = iter(["93.184.216.34", "127.0.0.1"])  # public when checked, loopback after
     others: list[str] = []
@@ -345,6 +345,26 @@ async def test_each_session_has_its_own_cookies_and_clear_and_delete_close_its_c
     assert json.loads(tool_results(fake_llm)[0])["title"] == "Sign in"  # the cookie went too
 
 
+async def test_a_session_rotated_for_idleness_takes_its_context_along(
+        start_clocked: Start, clock: Clock, fake_llm: FakeLLM, website: Website) -> None:
+    harness = await start_clocked(**ALLOWED)
+    auth = await harness.user()
+    fake_llm.script += browse({"action": "open", "url": f"{website.base}/table"})
+    await chat(harness, auth, "open the table")
+    assert pool(harness).get("alice--t1") is not None
+
+    clock.advance(31 * 60)  # past SESSION_IDLE_MINUTES, and no reaper ran meanwhile
+    fake_llm.script.append(Scripted(body=completion("Hello again.")))
+    body = await chat(harness, auth, "hello again")
+
+    assert body["sessionRotated"] is True
+    assert pool(harness).get("alice--t1") is None
+    system = fake_llm.chat_requests[-1].messages[0]["content"]
+    assert "current page" not in system and "session was just rotated" in system
+    # billed until its idle time was up (5 minutes), not for the 31 it stayed unnoticed
+    assert await minutes_left(harness, auth) == 25
+
+
 async def test_past_the_context_limit_the_model_is_told_to_try_later(
         start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
     harness = await start_gateway(browser_max_contexts=1, **ALLOWED)
@@ -362,7 +382,8 @@ async def test_past_the_context_limit_the_model_is_told_to_try_later(
 # --- availability ---------------------------------------------------------------------------------
 async def test_without_chromium_the_tool_is_not_offered_and_the_hint_says_why(
         start_gateway: Start, fake_llm: FakeLLM) -> None:
-    harness = await start_gateway(browser_executable="/nonexistent/chromium")
+    harness = await start_gateway(browser_enabled=True,
+                                  browser_executable="/nonexistent/chromium")
     auth = await harness.user()
     await chat(harness, auth, "hello")
     request = fake_llm.chat_requests[-1]
@@ -377,7 +398,7 @@ async def test_without_playwright_the_tool_is_not_offered_and_the_hint_says_so(
     for module in [name for name in sys.modules if name.startswith("playwright")]:
         monkeypatch.delitem(sys.modules, module)
     monkeypatch.setitem(sys.modules, "playwright", None)  # Python's way to make an import fail
-    harness = await start_gateway()
+    harness = await start_gateway(browser_enabled=True)
     auth = await harness.user()
     await chat(harness, auth, "hello")
     request = fake_llm.chat_requests[-1]

@@ -185,17 +185,10 @@ async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession,
         # the model reads it redacted by the agent; the log keeps only the kind of failure.
         log.info("browser: %s failed (%s)", action, type(exc).__name__)
         raise ActionError(f"{action} failed: {_first_line(exc.message)}") from None
-    session.title = await _title(session)
+    title = result.get("title") if isinstance(result, dict) else None
+    if isinstance(title, str):  # the actions that may change the page say where it is
+        session.title = title[:200]
     return result
-
-
-async def _title(session: BrowserSession) -> str:
-    from playwright.async_api import Error as PlaywrightError
-
-    try:
-        return (await session.page.title())[:200]
-    except PlaywrightError:
-        return ""
 
 
 def _first_line(message: str) -> str:

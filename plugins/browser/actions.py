@@ -136,8 +136,10 @@ async def open_page(session: BrowserSession, arguments: dict[str, Any], check: C
 async def read_page(session: BrowserSession, limit: int) -> dict[str, Any]:
     """The page's visible text, trimmed."""
     page = session.page
-    raw = await page.evaluate("() => document.body ? document.body.innerText : ''")
-    return {**await _where(page), "text": page_text(raw if isinstance(raw, str) else "", limit)}
+    title, raw = await page.evaluate(
+        "() => [document.title, document.body ? document.body.innerText : '']")
+    return {"url": page.url, "title": str(title),
+            "text": page_text(raw if isinstance(raw, str) else "", limit)}
 
 
 async def click(session: BrowserSession, arguments: dict[str, Any],

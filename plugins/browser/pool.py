@@ -142,16 +142,17 @@ class BrowserPool:
             await self.close(session.key, "no minutes left")
             raise BrowserRefusal(NO_MINUTES_LEFT)
 
-    async def close(self, key: str, reason: str, closed_at: float | None = None) -> None:
-        """Close the session's context, if it has one, and charge the minutes it used until
-        ``closed_at`` (now) that were not charged yet: a reaper that woke late must not make
-        them free."""
+    async def close(self, key: str, reason: str) -> None:
+        """Close the session's context, if it has one, and charge the minutes it used that
+        were not charged yet (a reaper that woke late must not make them free), never past
+        its idle deadline (when it should have closed at the latest)."""
         session = self.sessions.pop(key, None)
         if session is None:
             return
         with contextlib.suppress(Exception):  # a crashed browser has nothing left to close
             await session.context.close()
-        unpaid = session.minutes_used(closed_at or self.clock()) - session.minutes
+        closed_at = min(self.clock(), session.last_used + self.settings.idle_minutes * MINUTE)
+        unpaid = session.minutes_used(closed_at) - session.minutes
         if unpaid > 0:
             session.minutes += await self.store.take_minutes(session.user_id, key, unpaid)
         log.info("browser: closed the context of %s (%s; %d minute(s) charged)", key, reason,
@@ -167,7 +168,7 @@ class BrowserPool:
                 continue
             async with session.lock:  # free: taken at once, so no action starts meanwhile
                 if now - session.last_used >= idle_seconds:
-                    await self.close(session.key, "idle", session.last_used + idle_seconds)
+                    await self.close(session.key, "idle")
                 elif not await self._charge_due(session):
                     await self.close(session.key, "no minutes left")
 
