@@ -371,6 +371,31 @@ async def test_raising_prompt_section_plugin_does_not_fail_the_turn(
     assert any("broken-sections" in r.getMessage() for r in caplog.records)
 
 
+# --- gateway_stopping --------------------------------------------------------------------------
+async def test_gateway_stopping_lets_plugins_release_with_the_store_still_open(
+        start_gateway: StartGateway, pm: PluginManager) -> None:
+    seen: list[str] = []
+
+    class Holder:
+        @hookimpl
+        async def gateway_stopping(self, gateway):
+            user = await gateway.store.get_user("alice")  # the store is still open
+            seen.append(user.user_id)
+
+    class Exploder:
+        @hookimpl
+        def gateway_stopping(self):
+            raise RuntimeError("cannot release")
+
+    pm.register(Holder(), name="holder")
+    pm.register(Exploder(), name="exploder")  # registered last: pluggy calls it first
+    harness = await start_gateway()
+    await harness.user()  # the gateway runs (the test client started it)
+    assert seen == []
+    await harness.gateway.stop()
+    assert seen == ["alice"]  # once, after the one that failed
+
+
 # --- turn_completed ------------------------------------------------------------------------------
 async def test_raising_turn_completed_observer_does_not_stop_others_nor_the_turn(
         start_gateway: StartGateway, pm: PluginManager,

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 MINUTE = 60.0
 # The reaper wakes at the next minute start or idle deadline, within these bounds (seconds).
 REAPER_MIN_SLEEP, REAPER_MAX_SLEEP = 0.2, 30.0
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT_WIDTH, VIEWPORT_HEIGHT = 1280, 800
 CHROMIUM_ARGS = (
     "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -116,8 +116,9 @@ class BrowserPool:
                 f"the browser is busy: {self.settings.max_contexts} conversations have a page "
                 "open in this gateway; try again in a few minutes")
         browser = await self._ensure_browser()
-        context = await browser.new_context(viewport=VIEWPORT, accept_downloads=False,  # type: ignore[arg-type]
-                                            service_workers="block", locale="en-US")
+        context = await browser.new_context(
+            viewport={"width": VIEWPORT_WIDTH, "height": VIEWPORT_HEIGHT},
+            accept_downloads=False, service_workers="block", locale="en-US")
         try:
             context.set_default_timeout(self.settings.action_timeout_seconds * 1000)
             page = await context.new_page()
