@@ -26,7 +26,7 @@ from plugins.browser import pool_of
 from plugins.browser.pool import BrowserPool
 from tests.conftest import Harness
 from tests.fakes.website import PASSWORD, TABLE_ROWS, USERNAME, Website
-from tests.helpers import Clock
+from tests.helpers import Clock, session_bytes
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
@@ -125,7 +125,7 @@ async def test_vault_mode_signs_in_with_the_saved_login_the_model_never_sees(
     assert f"- {website.site}" in system and "fill_credential" in system
     # nothing secret in what is stored: transcript, rolling memory, session file, logs
     thread = await (await harness.client.get("/api/threads/t1", headers=auth)).text()
-    session = (harness.gateway.settings.sessions_dir / "alice--t1.jsonl").read_text()
+    session = (await session_bytes(harness.gateway) or b"").decode()
     assert "Welcome back" in session  # the tool results are kept for the session...
     for stored in (thread, session, caplog.text):
         assert PASSWORD not in stored  # ...without the password
