@@ -4,10 +4,11 @@ browser are not slowed by it.
 
 1. In-process, on a gateway with the browser plugin, against a page served on loopback:
    Chromium's launch; a new context (context, page, its first minute charged) as a median of
-   several; per action the tool's call against the same Playwright call made directly (the
-   difference is the tool's overhead: argument checks, minute metering, the title kept for the
-   hint); the memory (PSS, so shared pages count once) of Chromium's processes with N contexts
-   open against none, per context.
+   several; per action the tool's call against the Playwright calls it needs made directly
+   (goto and the title for open, one evaluate for read, one fill): the difference is the
+   tool's overhead (argument and address checks, minute metering, finding the target); the
+   memory (PSS, so shared pages count once) of Chromium's processes with N contexts open
+   against none, per context.
 2. ``cloudybot serve`` x8 with the browser plugin enabled (its hint in every prompt, its schema
    in every call) against ``CLOUDYBOT_BROWSER_ENABLED=false``, windows interleaved: server CPU
    per turn, target at most 1.05x.
@@ -119,7 +120,12 @@ async def in_process(quick: bool, tmp: Path) -> dict[str, Any]:
         await asyncio.sleep(0.5)  # let the renderers settle before memory is read
         per_context_mb = (chromium_pss_mb() - baseline_mb) / contexts
         page = pool.sessions["bench--t0"].page
-        raw_js = "() => document.body.innerText"
+        raw_js = "() => [document.title, document.body.innerText]"
+
+        async def open_directly() -> None:  # what open itself needs of Playwright
+            await page.goto(url, wait_until="domcontentloaded")
+            await page.title()
+
         figures: dict[str, Any] = {
             "browser_launch_ms": launch_ms,
             "browser_context_start_ms": statistics.median(starts),
@@ -133,7 +139,7 @@ async def in_process(quick: bool, tmp: Path) -> dict[str, Any]:
                                        "value": "lamp"}, context(0)),
                      lambda: page.locator("input[name=q]").first.fill("lamp")),
             "open": (lambda: tool.run({"action": "open", "url": url}, context(0)),
-                     lambda: page.goto(url, wait_until="domcontentloaded")),
+                     open_directly),
         }
         for name, (through_tool, direct) in pairs.items():
             tool_ms, direct_ms = [], []

@@ -83,6 +83,7 @@ class EgressProxy:
         self.refused = 0
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> int:
         """Listen on a free port of 127.0.0.1; return it."""
@@ -92,11 +93,16 @@ class EgressProxy:
         return self.port
 
     async def close(self) -> None:
-        """Stop listening and cut every connection still open."""
+        """Stop listening, cut every connection still open and end their handlers (one may
+        be waiting for a DNS answer that never comes)."""
         if self._server is not None:
             self._server.close()
             for writer in list(self._open):
                 writer.close()
+            handlers = list(self._handlers)
+            for handler in handlers:
+                handler.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             await self._server.wait_closed()
             self._server = None
 
@@ -106,14 +112,21 @@ class EgressProxy:
         return (await addresses(host, port, self.allow_private, self.resolve))[0]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         self._open.add(writer)
         try:
             await self._handle(reader, writer)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            if self._server is not None:
+                raise  # not ours: let whoever cancelled it see it
         finally:
             self._open.discard(writer)
-            await _close(writer)
+            self._handlers.discard(handler)
+            writer.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
