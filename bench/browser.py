@@ -32,6 +32,7 @@ from gateway.config import load_settings
 from gateway.gateway import Gateway
 from gateway.plugins import declared_settings, make_plugin_manager
 from gateway.testing.loopback import LoopbackServer
+from gateway.testing.processes import descendants, pss_mb
 from gateway.tools import ToolContext
 
 CONCURRENCY = 8
@@ -41,39 +42,10 @@ PAGE = ("<!doctype html><html><head><title>Bench</title></head><body><h1>Prices<
         + "</table></body></html>")
 
 
-def _children(root: int) -> list[int]:
-    """Every live descendant process of ``root``."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        parent = frontier.pop()
-        kids = [pid for pid, ppid in parents.items() if ppid == parent]
-        found += kids
-        frontier += kids
-    return found
-
-
 def chromium_pss_mb() -> float:
     """Proportional memory of this process's descendants (the Playwright driver and
     Chromium), in MB."""
-    total_kb = 0
-    for pid in _children(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
-                for line in rollup:
-                    if line.startswith("Pss:"):
-                        total_kb += int(line.split()[1])
-                        break
-        except OSError:
-            continue
-    return total_kb / 1024
+    return pss_mb(descendants(os.getpid()))
 
 
 async def _timed(work: Callable[[], Awaitable[Any]]) -> float:
