@@ -209,6 +209,29 @@ async def test_click_fill_and_bad_calls_answer_the_model_without_failing_the_tur
     assert website.logins == [("bob@example.com", "wrong-password")]
 
 
+async def test_a_link_opening_a_new_tab_is_followed_and_a_closed_page_starts_afresh(
+        start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
+    harness = await start_gateway(**ALLOWED)
+    auth = await harness.user()
+    fake_llm.script += browse({"action": "open", "url": f"{website.base}/table"},
+                              {"action": "click", "target": "Sign in"},
+                              {"action": "read"},
+                              {"action": "click", "target": "Close"})
+    await chat(harness, auth, "follow the link")
+    _, clicked, read, _ = tool_results(fake_llm)
+    assert json.loads(clicked)["title"] == "Sign in"  # the new tab
+    assert "Sign in to Example Bank" in json.loads(read)["text"]
+
+    fake_llm.script += browse({"action": "open", "url": f"{website.base}/table"},
+                              {"action": "click", "target": "Close"},  # window.close()
+                              {"action": "read"},
+                              {"action": "open", "url": f"{website.base}/table"})
+    await chat(harness, auth, "close it")
+    _, _, read, reopened = tool_results(fake_llm)
+    assert read == "error: no page is open in this conversation; use action open first"
+    assert json.loads(reopened)["title"] == "Cities"  # ...and the next open starts afresh
+
+
 # --- SSRF ---------------------------------------------------------------------------------------
 async def test_loopback_pages_are_refused_by_default(
         start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:

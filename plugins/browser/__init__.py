@@ -137,12 +137,18 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
     action = arguments.get("action")
     if action not in ACTIONS:
         return f"error: 'action' must be one of {', '.join(ACTIONS)}"
+    from playwright.async_api import Error as PlaywrightError
+
     session = pool.get(context.session_key)
     try:
         if session is None:
             if action != "open":
                 return "error: no page is open in this conversation; use action open first"
-            session = await pool.open_session(context.session_key, context.user_id)
+            try:
+                session = await pool.open_session(context.session_key, context.user_id)
+            except PlaywrightError as exc:
+                log.error("browser: cannot start a browser context: %s", _first_line(exc.message))
+                return "error: the browser could not start; try again later"
         async with session.lock:
             await pool.keep_paid(session, context.user_id)
             try:
@@ -184,6 +190,8 @@ async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession,
         # Playwright's message can quote the page's URL (a password in a GET form's query):
         # the model reads it redacted by the agent; the log keeps only the kind of failure.
         log.info("browser: %s failed (%s)", action, type(exc).__name__)
+        if session.page.is_closed():  # the page (or Chromium) is gone: start afresh next time
+            await pool.close(session.key, "page closed")
         raise ActionError(f"{action} failed: {_first_line(exc.message)}") from None
     title = result.get("title") if isinstance(result, dict) else None
     if isinstance(title, str):  # the actions that may change the page say where it is

@@ -124,6 +124,8 @@ class BrowserPool:
             page = await context.new_page()
             now = self.clock()
             session = BrowserSession(key, user_id, context, page, now, now)
+            # a link that opens a new tab (target=_blank, window.open): work on in that tab
+            context.on("page", lambda opened: setattr(session, "page", opened))
             if not await self._charge_due(session):
                 raise BrowserRefusal(NO_MINUTES_LEFT)
         except BaseException:
@@ -198,6 +200,8 @@ class BrowserPool:
             self._browser = await self._playwright.chromium.launch(
                 executable_path=str(self.settings.executable), headless=True,
                 args=list(CHROMIUM_ARGS), proxy={"server": f"http://127.0.0.1:{port}"})
+            # Chromium crashed or was killed: its contexts are gone, the next open relaunches
+            self._browser.on("disconnected", lambda _: self.sessions.clear())
             log.info("browser: Chromium started (%s)", self._browser.version)
             return self._browser
 

@@ -92,7 +92,8 @@ class Website:
         rows = "".join(f"<tr><td>{city}</td><td>{people}</td></tr>"
                        for city, people in TABLE_ROWS)
         return _page("Cities", "<table><tr><th>City</th><th>Population</th></tr>"
-                               f"{rows}</table>")
+                               f"{rows}</table><a href='/login' target='_blank'>Sign in</a>"
+                               "<button onclick='window.close()'>Close</button>")
 
     async def pixel(self, request: web.Request) -> web.Response:
         self.hits.append("/pixel")
