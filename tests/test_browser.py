@@ -248,6 +248,8 @@ async def test_loopback_pages_are_refused_by_default(
     assert metadata.startswith("error: refused: 169.254.169.254")
     assert file.startswith("error: url must be an http:// or https:// URL")
     assert website.hits == []
+    assert pool(harness).stats()["contexts"] == 0  # checked before any context opened:
+    assert await minutes_left(harness, auth) == 30  # a refused page costs nothing
 
 
 async def test_every_connection_chromium_makes_is_checked_again_dns_rebinding_included(

@@ -141,6 +141,7 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
 
     session = pool.get(context.session_key)
     try:
+        url = await actions.checked_url(arguments, pool.proxy.check) if action == "open" else ""
         if session is None:
             if action != "open":
                 return "error: no page is open in this conversation; use action open first"
@@ -152,7 +153,7 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
         async with session.lock:
             await pool.keep_paid(session, context.user_id)
             try:
-                return await _perform(gateway, pool, session, action, arguments, context)
+                return await _perform(gateway, pool, session, action, arguments, context, url)
             finally:
                 session.last_used = pool.clock()
     except BrowserRefusal as refusal:
@@ -162,7 +163,7 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
 
 
 async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession, action: str,
-                   arguments: dict[str, Any], context: ToolContext) -> Any:
+                   arguments: dict[str, Any], context: ToolContext, url: str) -> Any:
     from playwright.async_api import Error as PlaywrightError
 
     timeout = pool.settings.action_timeout_seconds
@@ -173,7 +174,7 @@ async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession,
 
     try:
         if action == "open":
-            result: Any = await actions.open_page(session, arguments, pool.proxy.check, timeout)
+            result: Any = await actions.open_page(session, url, timeout)
         elif action == "read":
             result = await actions.read_page(session, pool.settings.read_max_chars)
         elif action == "click":

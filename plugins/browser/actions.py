@@ -42,6 +42,13 @@ _USERNAME_FIELD = """(password) => {
       (i) => i.compareDocumentPosition(password) & Node.DOCUMENT_POSITION_FOLLOWING);
   return before.length ? before[before.length - 1] : (fields[0] || null);
 }"""
+# Whether clicking the element opens a new tab: a link (or a form's button) with a target
+# other than the page itself.
+_OPENS_A_TAB = """(element) => {
+  const owner = element.closest('a[href][target]') || (element.form || null);
+  const target = owner ? (owner.getAttribute('target') || '').toLowerCase() : '';
+  return !['', '_self', '_parent', '_top'].includes(target);
+}"""
 # The focused element's form, else the page's only form.
 _FORM_TO_SUBMIT = """() => {
   const focused = document.activeElement;
@@ -117,9 +124,9 @@ async def _locate(page: Page, target: str) -> Locator:
                       "link, label or visible text)")
 
 
-async def open_page(session: BrowserSession, arguments: dict[str, Any], check: Check,
-                    timeout: float) -> dict[str, Any]:
-    """Go to ``url`` (http or https, on an address the browser may reach)."""
+async def checked_url(arguments: dict[str, Any], check: Check) -> str:
+    """``url`` if it is http or https on an address the browser may reach (checked before
+    any context opens: a refused URL costs nothing)."""
     raw = argument(arguments, "url", 2048)
     try:
         url, host, port = web_url(raw)
@@ -128,6 +135,11 @@ async def open_page(session: BrowserSession, arguments: dict[str, Any], check: C
         raise ActionError(exc.message) from None
     except DestinationRefused as exc:
         raise ActionError(f"refused: {exc}") from None
+    return url
+
+
+async def open_page(session: BrowserSession, url: str, timeout: float) -> dict[str, Any]:
+    """Go to ``url`` (see :func:`checked_url`)."""
     response = await session.page.goto(url, wait_until="domcontentloaded",
                                        timeout=timeout * 1000)
     return await _where(session.page, response.status if response is not None else None)
@@ -146,7 +158,15 @@ async def click(session: BrowserSession, arguments: dict[str, Any],
                 timeout: float) -> dict[str, Any]:
     """Click what ``target`` names; wait for a page it opens."""
     target = argument(arguments, "target", MAX_TARGET_CHARS)
-    await (await _locate(session.page, target)).click()
+    element = await _locate(session.page, target)
+    if await element.evaluate(_OPENS_A_TAB):
+        # wait for the tab it opens: the context's "page" event alone may come after the
+        # click returned (a tab opened by a script is followed as that event comes)
+        async with session.context.expect_page(timeout=timeout * 1000) as opened:
+            await element.click()
+        session.page = await opened.value
+    else:
+        await element.click()
     await session.page.wait_for_load_state("domcontentloaded", timeout=timeout * 1000)
     return {"clicked": target, **await _where(session.page)}
 
