@@ -67,8 +67,8 @@ async def in_process(quick: bool, tmp: Path) -> dict[str, Any]:
         plugins=declared_settings(pm))
     gateway = Gateway(settings, pm)
     await gateway.start()
-    contexts = 3 if quick else 10
-    actions = 10 if quick else 50
+    contexts = 2 if quick else 10
+    actions = 5 if quick else 50
     try:
         if "browser" not in gateway.tools:
             return {"browser_unavailable": 1.0}
