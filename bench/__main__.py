@@ -355,6 +355,9 @@ def print_table(figures: dict[str, Any]) -> None:
         ("server CPU per turn, browser plugin off", "browser_off_cpu_us", "{:.0f} µs"),
         ("server CPU per turn, browser plugin on (unused)", "browser_on_cpu_us", "{:.0f} µs"),
         ("  on / off", "browser_turn_cpu_ratio", "{:.2f}"),
+        ("in-process turn CPU, browser plugin off", "browser_off_inprocess_us", "{:.0f} µs"),
+        ("in-process turn CPU, browser plugin on", "browser_on_inprocess_us", "{:.0f} µs"),
+        ("  on / off (no target: the gateway alone)", "browser_inprocess_ratio", "{:.2f}"),
     ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))

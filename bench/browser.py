@@ -11,7 +11,9 @@ browser are not slowed by it.
    against none, per context.
 2. ``cloudybot serve`` x8 with the browser plugin enabled (its hint in every prompt, its schema
    in every call) against ``CLOUDYBOT_BROWSER_ENABLED=false``, windows interleaved: server CPU
-   per turn, target at most 1.05x.
+   per turn, target at most 1.05x. Beside it the same comparison in-process (two gateways in
+   this process on the zero-cost provider, no HTTP anywhere, CPU time of this process per
+   turn), which leaves out everything but the gateway's own work.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from gateway.plugins import declared_settings, make_plugin_manager
 from gateway.testing.loopback import LoopbackServer
 from gateway.testing.processes import descendants, pss_mb
 from gateway.tools import ToolContext
+
+from . import inprocess
 
 CONCURRENCY = 8
 PAGE = ("<!doctype html><html><head><title>Bench</title></head><body><h1>Prices</h1>"
@@ -131,7 +135,7 @@ async def in_process(quick: bool, tmp: Path) -> dict[str, Any]:
 async def turn_path(quick: bool, tmp: Path) -> dict[str, Any]:
     """Section 2: server CPU per turn with the browser plugin on (unused) and off."""
     window = window_for(quick)
-    rounds = 1 if quick else 5
+    rounds = 1 if quick else 7
     llm, llm_url = start_fake_llm()
     servers: dict[str, tuple[Server, str]] = {}
     try:
@@ -159,6 +163,47 @@ async def turn_path(quick: bool, tmp: Path) -> dict[str, Any]:
             "browser_turn_cpu_ratio": on / off if off else 0.0}
 
 
+async def _turn_gateway(data_dir: Path, enabled: bool) -> Gateway:
+    pm = make_plugin_manager()
+    pm.register(inprocess, name="inprocess")
+    settings = load_settings(None, env={
+        "CLOUDYBOT_DATA_DIR": str(data_dir), "CLOUDYBOT_LLM_PROVIDER": "inprocess",
+        "CLOUDYBOT_PURGE_INTERVAL_MINUTES": "0",
+        "CLOUDYBOT_BROWSER_ENABLED": "true" if enabled else "false"},
+        plugins=declared_settings(pm))
+    gateway = Gateway(settings, pm)
+    await gateway.start()
+    await gateway.accounts.add_user("bench", plan="team", credits=10**9)
+    return gateway
+
+
+async def turn_in_process(quick: bool, tmp: Path) -> dict[str, Any]:
+    """Section 2's in-process figures: CPU time per ``Gateway.chat`` turn, plugin on vs off."""
+    rounds, turns = (2, 100) if quick else (8, 300)
+    gateways = {name: await _turn_gateway(tmp / f"browser-turns-{name}", name == "on")
+                for name in ("off", "on")}
+    cpu: dict[str, list[float]] = {name: [] for name in gateways}
+    try:
+        if "browser" not in gateways["on"].tools:
+            return {}  # no Playwright or Chromium here: nothing to compare
+        for round_number in range(rounds):
+            order = list(gateways) if round_number % 2 == 0 else list(reversed(gateways))
+            for name in order:
+                gateway = gateways[name]
+                ref = await gateway.resolve_thread("bench", f"t{round_number % 4}")
+                began = time.process_time()
+                for turn in range(turns):
+                    await gateway.chat("bench", ref, f"hello {turn}")
+                cpu[name].append((time.process_time() - began) * 1e6 / turns)
+    finally:
+        for gateway in gateways.values():
+            await gateway.stop()
+    off, on = (statistics.median(cpu[name]) for name in ("off", "on"))
+    return {"browser_off_inprocess_us": off, "browser_on_inprocess_us": on,
+            "browser_inprocess_ratio": on / off if off else 0.0}
+
+
 async def run(quick: bool, tmp: Path) -> dict[str, Any]:
     """Both parts."""
-    return {**await in_process(quick, tmp), **await turn_path(quick, tmp)}
+    return {**await in_process(quick, tmp), **await turn_path(quick, tmp),
+            **await turn_in_process(quick, tmp)}
