@@ -18,8 +18,9 @@ inbound message through your channel; it returns the reply text, or fails saying
 
 Also here: :mod:`gateway.testing.fake_llm` (``FakeLLM``; ``Scripted`` and ``completion`` to
 script its answers), :mod:`gateway.testing.telegram` and :mod:`gateway.testing.slack` (fake
-Bot API and Web API servers the real python-telegram-bot and slack_sdk talk to), and
-:class:`gateway.testing.loopback.LoopbackServer` (serve any aiohttp app on 127.0.0.1).
+Bot API and Web API servers the real python-telegram-bot and slack_sdk talk to),
+:class:`gateway.testing.loopback.LoopbackServer` (serve any aiohttp app on 127.0.0.1) and
+:mod:`gateway.testing.processes` (the processes a gateway runs under it, from ``/proc``).
 """
 
 from __future__ import annotations
