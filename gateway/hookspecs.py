@@ -135,7 +135,7 @@ def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
 @hookspec
 def gateway_stopping(gateway: Gateway) -> None:
     """Release what the plugin holds for the running gateway (a browser, connections,
-    background tasks): called once as the gateway stops, after its turns finished or the grace
+    background tasks): called as the gateway stops, after its turns finished or the grace
     period ended, while the store is still open.
 
     :param gateway: the gateway that stops.
