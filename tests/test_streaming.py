@@ -94,7 +94,9 @@ async def test_a_tool_round_starts_the_preview_over_with_the_next_answer(
     await harness.gateway.receive(streaming_loop.message("m1", "6*7?"))
     await harness.gateway.drain()
     texts = [text for _, text in streaming_loop.previews]
-    assert texts[-1] == "It is 42."
+    # the last preview is the second answer from its start (previews are throttled: the
+    # final piece may come too soon after the one before for a preview of its own)
+    assert texts[-1] and "It is 42.".startswith(texts[-1]), texts
     assert any("Let me work" in text for text in texts)
     assert streaming_loop.texts() == ["It is 42."]
 
