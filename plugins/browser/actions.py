@@ -107,7 +107,6 @@ async def _locate(page: Page, target: str) -> Locator:
     placeholder or visible text."""
     from playwright.async_api import Error as PlaywrightError
 
-    candidates = []
     try:
         css = page.locator(target)
         if await css.count():
