@@ -99,3 +99,24 @@ async def test_a_failed_turn_releases_its_hold(
     assert response.status >= 500
     assert (await holds(postgres_url)) == "{}"
     assert (await first.chat(auth, "works")).status == 200
+
+
+async def test_a_refused_claim_keeps_the_hold_its_turn_already_had(
+        start_clocked: StartClocked, postgres_url: str, clock: Clock) -> None:
+    """A turn refused a tool round still owes its first call (charged at its commit): until
+    then that call's hold stays, so no other turn can spend those credits meanwhile."""
+    harness = await start_clocked(database_url=postgres_url)
+    await harness.user("alice", credits=100)
+    store = harness.gateway.store
+    assert isinstance(store, PostgresStore)
+
+    def claim(hold: str, credits: int) -> Claim:
+        return Claim(hold, credits, clock(), clock() + HOLD_SECONDS, None)
+
+    for hold in ("a", "b", "c", "d"):  # 100 - 99 > 0: the fourth is still admitted
+        assert (await store.hold_credits("alice", claim(hold, 33), 0)).held
+    # turn a spent 20 on its first call; its tool round (20 + 33) does not fit: refused...
+    assert not (await store.hold_credits("alice", claim("a", 53), 20)).held
+    # ...but a's 33 stay held, so a new turn finds nothing free (100 - 132 <= 0)
+    assert not (await store.hold_credits("alice", claim("e", 33), 0)).held
+    assert '"a": [33' in await holds(postgres_url)

@@ -240,4 +240,49 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX webhook_deliveries_user ON webhook_deliveries(user_id, id);
     CREATE INDEX webhook_deliveries_pending ON webhook_deliveries(id) WHERE state = 'pending';
     """,
+    # 6: a claim that is refused keeps the hold its admission already had. Migration 2's
+    # dropped it: a turn refused a tool round lost its first call's hold while that call's
+    # charge was not committed yet, and concurrent turns could spend those credits again.
+    """
+    CREATE OR REPLACE FUNCTION cloudybot_claim(
+        p_user TEXT, p_hold TEXT, p_spent BIGINT, p_need BIGINT, p_limits JSONB,
+        p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+        OUT rate_ok BOOLEAN, OUT retry_after DOUBLE PRECISION, OUT held BOOLEAN,
+        OUT balance BIGINT)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        v_plan TEXT;
+        v_hits DOUBLE PRECISION[];
+        v_holds JSONB;
+        v_others JSONB;
+        v_limit BIGINT;
+    BEGIN
+        SELECT u.plan, u.rate_hits, u.holds, u.credits INTO v_plan, v_hits, v_holds, balance
+          FROM users u WHERE u.user_id = p_user FOR UPDATE;
+        IF NOT FOUND THEN
+            rate_ok := FALSE; retry_after := 0; held := FALSE; balance := 0;
+            RETURN;
+        END IF;
+        v_limit := coalesce((p_limits ->> v_plan)::BIGINT, 0);  -- p_limits NULL: not counted
+        SELECT coalesce(array_agg(h ORDER BY h), '{}') INTO v_hits
+          FROM unnest(v_hits) AS h WHERE h > p_now - 60;
+        rate_ok := v_limit <= 0 OR cardinality(v_hits) < v_limit;
+        retry_after := CASE WHEN rate_ok THEN 0 ELSE v_hits[1] + 60 - p_now END;
+        IF v_limit > 0 AND rate_ok THEN
+            v_hits := v_hits || p_now;
+        END IF;
+        SELECT coalesce(jsonb_object_agg(k, v), '{}') INTO v_others
+          FROM jsonb_each(v_holds) AS e(k, v) WHERE k <> p_hold AND (v ->> 1)::FLOAT8 > p_now;
+        held := rate_ok AND balance - p_spent
+            - (SELECT coalesce(sum((v ->> 0)::BIGINT), 0) FROM jsonb_each(v_others) AS e(k, v))
+            > 0;
+        IF held THEN
+            v_others := v_others
+                || jsonb_build_object(p_hold, jsonb_build_array(p_need, p_expires));
+        ELSIF v_holds ? p_hold THEN
+            v_others := v_others || jsonb_build_object(p_hold, v_holds -> p_hold);
+        END IF;
+        UPDATE users SET rate_hits = v_hits, holds = v_others WHERE user_id = p_user;
+    END $$;
+    """,
 )
