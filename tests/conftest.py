@@ -23,6 +23,7 @@ from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
 from gateway.testing.telegram import FakeTelegramChats
 from tests.fakes.loop import LoopChannel
+from tests.fakes.website import Website
 from tests.helpers import Clock
 from tests.postgres import postgres_database, postgres_url
 
@@ -146,6 +147,15 @@ def start_gateway(fake_llm: FakeLLM, aiohttp_client: Any,
         client = await aiohttp_client(await build_app(gateway))
         return Harness(gateway, client, cloudybot_recorder)
     return start
+
+
+@pytest.fixture
+async def website() -> AsyncIterator[Website]:
+    """The browser tests' small website on loopback (tests/fakes/website.py)."""
+    site = Website()
+    await site.start()
+    yield site
+    await site.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import ClientResponse
 
 from gateway.billing import period_of
@@ -136,3 +137,19 @@ async def session_events(gateway: Any, key: str = "alice--t1") -> list[dict[str,
     """The events of the active session of ``key`` (none if there is no session)."""
     from gateway.sessions import parse_events
     return parse_events(await session_bytes(gateway, key) or b"", key)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def require_chromium() -> Any:
+    """For a test module that drives Debian's Chromium: skip it where Chromium or Playwright
+    is missing, except in CI, where a missing Chromium is an error (``.ci/run`` installs it).
+    Returns ``playwright.async_api``."""
+    if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium "
+                               "package")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium); browser tests "
+                    "skipped", allow_module_level=True)
+    return pytest.importorskip("playwright.async_api")

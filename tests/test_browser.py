@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -26,26 +24,12 @@ from plugins.browser import pool_of
 from plugins.browser.pool import BrowserPool
 from tests.conftest import Harness
 from tests.fakes.website import PASSWORD, TABLE_ROWS, USERNAME, Website
-from tests.helpers import Clock, session_bytes
+from tests.helpers import Clock, require_chromium, session_bytes
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium package")
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium); browser tests skipped",
-                allow_module_level=True)
-pytest.importorskip("playwright.async_api")
+require_chromium()
 
 Start = Callable[..., Awaitable[Harness]]
 ALLOWED = {"browser_enabled": True, "browser_allow_private": True, "max_tool_rounds": 8}
-
-
-@pytest.fixture
-async def website() -> AsyncIterator[Website]:
-    site = Website()
-    await site.start()
-    yield site
-    await site.close()
 
 
 def browse(*steps: dict[str, Any], reply: str = "Done.") -> list[Scripted]:

@@ -4,21 +4,12 @@ socket: what it forwards, what it refuses, and how it answers requests it does n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
 from plugins.browser.egress import EgressProxy
 from tests.fakes.website import Website
-
-
-@pytest.fixture
-async def website() -> AsyncIterator[Website]:
-    site = Website()
-    await site.start()
-    yield site
-    await site.close()
 
 
 async def proxied_get(proxy: EgressProxy, url: str) -> tuple[int, str]:

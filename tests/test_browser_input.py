@@ -5,9 +5,6 @@ working afterwards."""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,12 +16,9 @@ from plugins.browser import pool_of
 from plugins.browser.actions import ACTIONS
 from tests.conftest import Harness
 from tests.fakes.website import Website
+from tests.helpers import require_chromium
 
-if not Path("/usr/bin/chromium").exists():  # pragma: no cover - depends on the machine
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("/usr/bin/chromium is missing; .ci/run installs it")
-    pytest.skip("no Chromium (apt-get install chromium)", allow_module_level=True)
-pytest.importorskip("playwright.async_api")
+require_chromium()
 
 CONTEXT = ToolContext("alice", "fuzz", "alice--fuzz")
 SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
@@ -40,14 +34,6 @@ ARGUMENTS = st.fixed_dictionaries({"action": st.sampled_from(ACTIONS) | VALUES},
     "site": TEXTS | VALUES, "extra": VALUES})
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-@pytest.fixture
-async def website() -> AsyncIterator[Website]:
-    site = Website()
-    await site.start()
-    yield site
-    await site.close()
 
 
 async def no_dns(host: str, port: int) -> list[str]:

@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.testing.processes import alive, descendants, named
 from tests.fakes.website import Website
-from tests.helpers import until
+from tests.helpers import require_chromium, until
 from tests.process import ServeProcess
 
-if not Path("/usr/bin/chromium").exists():  # pragma: no cover - depends on the machine
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("/usr/bin/chromium is missing; .ci/run installs it")
-    pytest.skip("no Chromium (apt-get install chromium)", allow_module_level=True)
-pytest.importorskip("playwright.async_api")
-
-
-@pytest.fixture
-async def website() -> AsyncIterator[Website]:
-    site = Website()
-    await site.start()
-    yield site
-    await site.close()
+require_chromium()
 
 
 async def serve_with_an_open_page(tmp_path: Path, fake_llm: FakeLLM,

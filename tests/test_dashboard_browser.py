@@ -5,7 +5,6 @@ Each view is saved as a screenshot under ``test-artifacts/dashboard/``."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,8 @@ import pytest
 
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from tests.conftest import Harness
+from tests.helpers import CHROMIUM, require_chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
 REPLY = ("Here is a **plan**:\n\n1. Pack light\n2. Book the train\n\n"
          "```python\nprint('bon voyage')\n```\n\nEnjoy the trip, it will be lovely.")
@@ -23,13 +22,7 @@ XSS_IMG = '<img src=x onerror="window.__xss = 1">'
 XSS_SCRIPT = "<script>window.__xss = 2</script>"
 ANSWERS = "[data-testid=message][data-role=assistant]"
 
-if not CHROMIUM.exists():  # pragma: no cover - depends on the machine
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium package")
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium); browser tests skipped",
-                allow_module_level=True)
-
-playwright_api = pytest.importorskip("playwright.async_api")
+playwright_api = require_chromium()
 expect = playwright_api.expect
 StartGateway = Callable[..., Awaitable[Harness]]
 

@@ -89,13 +89,11 @@ def register_tools(gateway: Gateway) -> list[Tool]:
 def prompt_sections(gateway: Gateway, turn: TurnContext) -> list[PromptSection]:
     """The hints layer's browser part: available or not (and why), the page this session
     has open."""
-    if not gateway.settings.plugin(BrowserSettings).enabled:
-        return []
-    reason = _unavailable.get(gateway)
     pool = _pools.get(gateway)
     if pool is None:
+        reason = _unavailable.get(gateway)
         if reason is None:
-            return []  # not loaded into this gateway
+            return []  # turned off, or not loaded into this gateway
         return [PromptSection("after_hints", f"No web browser is available here: {reason}.")]
     text = ("You have a web browser: the browser tool. Use it when the answer needs a live "
             "web page or a site the user has an account on.")
