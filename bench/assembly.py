@@ -9,11 +9,11 @@ from typing import Any
 
 from bench import inprocess
 from gateway import Gateway
-from gateway.config import load_settings
-from gateway.plugins import make_plugin_manager
-from gateway.prompt import PromptInputs, assemble
+from gateway.base.tokens import TokenCounter
+from gateway.config.settings import load_settings
+from gateway.plugins.manager import make_plugin_manager
 from gateway.store import StoredMessage, ThreadRef
-from gateway.tokens import TokenCounter
+from gateway.turn.prompt import PromptInputs, assemble
 
 SENTENCE = ("The committee reviewed the budget for the third quarter and agreed to move the "
             "launch of the new service to the week after the conference in Lisbon. ")

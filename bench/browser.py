@@ -30,9 +30,9 @@ from aiohttp import web
 
 from bench.cpu import drive_window, per_worker, warm_up, window_for
 from bench.load import Server, add_user, gateway_env, start_fake_llm, start_serve
-from gateway.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.gateway import Gateway
-from gateway.plugins import declared_settings, make_plugin_manager
+from gateway.plugins.manager import declared_settings, make_plugin_manager
 from gateway.testing.loopback import LoopbackServer
 from gateway.testing.processes import descendants, pss_mb
 from gateway.tools import ToolContext

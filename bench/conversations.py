@@ -46,7 +46,7 @@ from bench.load import (
     start_fake_llm,
     start_serve,
 )
-from gateway.sessions import encode_key
+from gateway.memory.sessions import encode_key
 
 USER = "talker"
 PAD_BYTES = 150 * 1024

@@ -26,8 +26,8 @@ from bench.load import (
 )
 from bench.postgres import fresh_database
 from gateway import Gateway
-from gateway.config import load_settings
-from gateway.plugins import make_plugin_manager
+from gateway.config.settings import load_settings
+from gateway.plugins.manager import make_plugin_manager
 from gateway.store.postgres import PostgresStore
 
 CONCURRENCY = 64

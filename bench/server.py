@@ -25,13 +25,13 @@ from bench import inprocess
 from channels.telegram import adapter as telegram_adapter
 from gateway import Gateway
 from gateway.app import build_app
-from gateway.config import load_settings
-from gateway.plugins import PluginManager, declared_settings, make_plugin_manager
+from gateway.config.settings import load_settings
+from gateway.plugins.manager import PluginManager, declared_settings, make_plugin_manager
 
 
 def serve_with_inprocess(port: int) -> int:
     """``cloudybot serve --port PORT`` with the in-process provider registered."""
-    from gateway import cli
+    from gateway.cli import main as cli
 
     def with_inprocess(**kwargs: Any) -> PluginManager:
         pm = make_plugin_manager(**kwargs)

@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway.sessions import SessionStore
+from gateway.memory.sessions import SessionStore
 
 EVENTS = [{"type": "user", "content": "x" * 200, "messageId": 1},
           {"type": "assistant", "content": "y" * 400, "messageId": 2}]

@@ -16,9 +16,9 @@ from pathlib import Path
 from playwright.async_api import async_playwright
 
 from gateway.app import build_app
-from gateway.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.gateway import Gateway
-from gateway.plugins import declared_settings, make_plugin_manager
+from gateway.plugins.manager import declared_settings, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion, default_reply
 from gateway.testing.loopback import LoopbackServer
 

@@ -17,9 +17,7 @@ try:
 except PackageNotFoundError:  # run from a checkout that is not installed
     __version__ = "0+unknown"
 
-from . import options  # after the version: modules below may read it
-from .commands import ChatCommand, Command, CommandContext, slash_command
-from .errors import (
+from gateway.base.errors import (
     BadRequest,
     ConfigError,
     Conflict,
@@ -35,10 +33,15 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .gateway import Gateway
-from .hookspecs import hookimpl
-from .inbound import DeliveryFailed, DeliveryRetry, InboundMessage
-from .interfaces import (
+from gateway.base.locks import Leadership
+from gateway.base.logs import redact_in_logs
+from gateway.base.text import split_text
+from gateway.commands import ChatCommand, Command, CommandContext, slash_command
+from gateway.config import options
+from gateway.config.options import PluginSettings, setting
+from gateway.gateway import Gateway
+from gateway.hookspecs import hookimpl
+from gateway.interfaces import (
     Attachment,
     Channel,
     Completion,
@@ -50,12 +53,9 @@ from .interfaces import (
     TextSink,
     TurnContext,
 )
-from .locks import Leadership
-from .logs import redact_in_logs
-from .options import PluginSettings, setting
-from .store import ThreadRef
-from .text import split_text
-from .tools import Tool, ToolCall, ToolContext
+from gateway.kit.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
+from gateway.store import ThreadRef
+from gateway.tools import Tool, ToolCall, ToolContext
 
 __all__ = [
     "Attachment",

@@ -6,13 +6,18 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .api.cors import add_cors
-from .api.keys import gateway_key
-from .api.middleware import auth_middleware, body_middleware, errors_middleware, headers_middleware
-from .api.openapi import add_openapi
-from .api.scrape import get_metrics
-from .gateway import Gateway
-from .logs import quiet_malformed_requests
+from gateway.api.cors import add_cors
+from gateway.api.keys import gateway_key
+from gateway.api.middleware import (
+    auth_middleware,
+    body_middleware,
+    errors_middleware,
+    headers_middleware,
+)
+from gateway.api.openapi import add_openapi
+from gateway.api.scrape import get_metrics
+from gateway.base.logs import quiet_malformed_requests
+from gateway.gateway import Gateway
 
 
 async def healthz(request: web.Request) -> web.Response:

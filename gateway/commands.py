@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PluginError
+from gateway.base.errors import PluginError
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
-    from .store import ThreadRef, User
+    from gateway.gateway import Gateway
+    from gateway.store import ThreadRef, User
 
 # Telegram's rule for a bot command, which every channel can then spell.
 COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")

@@ -11,29 +11,31 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import hooks, validation, webhook_events
-from .accounts import Accounts
-from .agent import Agent, PendingSummary, TurnResult
-from .commands import ChatCommand, Command, index_commands, run_command
-from .config import Settings
-from .errors import ConfigError, GatewayError, NotFound, PluginError, Unavailable
-from .hooks import PluginHooks
-from .inbound import InboundMessage, Inbox
-from .interfaces import Channel, Image, Provider, TextSink
-from .locks import KeyedLocks, Leadership, Lease
-from .logs import turn_context
-from .metrics import Metrics
-from .outbox import Outbox
-from .plugins import PluginManager, make_plugin_manager
-from .quotas import LocalQuotas, Quotas
-from .retention import Retention
-from .secrets import SecretBox, load_or_create_key
-from .sessions import Rotation, Sessions, SessionStore
-from .store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
-from .store.backends import store_for
-from .tokens import TokenCounter
-from .tools import Tool, Toolbox
-from .webhooks import WebhookDispatcher
+from gateway.accounts.access import Accounts
+from gateway.accounts.retention import Retention
+from gateway.accounts.secrets import SecretBox, load_or_create_key
+from gateway.base import validation
+from gateway.base.errors import ConfigError, GatewayError, NotFound, PluginError, Unavailable
+from gateway.base.locks import KeyedLocks, Leadership, Lease
+from gateway.base.logs import turn_context
+from gateway.base.metrics import Metrics
+from gateway.base.tokens import TokenCounter
+from gateway.billing.quotas import LocalQuotas, Quotas
+from gateway.commands import ChatCommand, Command, index_commands, run_command
+from gateway.config.settings import Settings
+from gateway.interfaces import Channel, Image, Provider, TextSink
+from gateway.kit.inbound import InboundMessage, Inbox
+from gateway.kit.outbox import Outbox
+from gateway.memory.sessions import Rotation, Sessions, SessionStore
+from gateway.plugins import hooks
+from gateway.plugins.hooks import PluginHooks
+from gateway.plugins.manager import PluginManager, make_plugin_manager
+from gateway.store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
+from gateway.store.backends import store_for
+from gateway.tools import Tool, Toolbox
+from gateway.turn.agent import Agent, PendingSummary, TurnResult
+from gateway.webhooks import events as webhook_events
+from gateway.webhooks.dispatcher import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 

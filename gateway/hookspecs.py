@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from .commands import ChatCommand
-    from .gateway import Gateway
-    from .interfaces import Channel, PromptSection, Provider, TurnContext
-    from .options import PluginSettings
-    from .sessions import Rotation
-    from .store import Delivery
-    from .tools import Tool
+    from gateway.commands import ChatCommand
+    from gateway.config.options import PluginSettings
+    from gateway.gateway import Gateway
+    from gateway.interfaces import Channel, PromptSection, Provider, TurnContext
+    from gateway.memory.sessions import Rotation
+    from gateway.store import Delivery
+    from gateway.tools import Tool
 
 PROJECT = "cloudybot"
 hookspec = pluggy.HookspecMarker(PROJECT)

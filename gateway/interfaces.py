@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .tools import ToolCall
+from gateway.tools import ToolCall
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -28,11 +28,11 @@ from gateway import (
     Provider,
     ProviderError,
     hookimpl,
-    jsonio,
-    options,
     setting,
 )
-from gateway.http_client import HTTPClientError, Response
+from gateway.base import jsonio
+from gateway.config import options
+from gateway.net.http_client import HTTPClientError, Response
 from plugins.openai import (
     MAX_STREAM_CHARS,
     OpenAIProvider,

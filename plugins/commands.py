@@ -8,10 +8,10 @@ from __future__ import annotations
 from contextlib import suppress
 
 from gateway import Gateway, hookimpl
+from gateway.accounts.secrets import refuse_saved_passwords
+from gateway.base.errors import BadRequest, NotFound
+from gateway.base.validation import memory_key, memory_value
 from gateway.commands import ChatCommand, CommandContext, help_text
-from gateway.errors import BadRequest, NotFound
-from gateway.secrets import refuse_saved_passwords
-from gateway.validation import memory_key, memory_value
 
 
 async def show_help(context: CommandContext) -> str:

@@ -35,13 +35,13 @@ from gateway import (
     ProviderError,
     ProviderTimeout,
     hookimpl,
-    jsonio,
-    options,
     setting,
 )
-from gateway.billing import shown
-from gateway.errors import ConfigError
-from gateway.http_client import HTTPClient, HTTPClientError, Response
+from gateway.base import jsonio
+from gateway.base.errors import ConfigError
+from gateway.billing.credits import shown
+from gateway.config import options
+from gateway.net.http_client import HTTPClient, HTTPClientError, Response
 from gateway.tools import ToolCall
 
 log = logging.getLogger(__name__)

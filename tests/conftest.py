@@ -12,8 +12,8 @@ import pytest
 
 from gateway import Gateway
 from gateway.app import build_app
-from gateway.config import Settings
-from gateway.plugins import PluginManager
+from gateway.config.settings import Settings
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.plugin import GatewayHarness, ReplyRecorder
 from gateway.testing.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET

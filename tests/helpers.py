@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.billing import period_of
-from gateway.config import OPTIONS, Settings
+from gateway.billing.credits import period_of
+from gateway.config.settings import OPTIONS, Settings
 from gateway.store import Store
 from gateway.store.backends import store_for
 
@@ -135,7 +135,7 @@ async def session_bytes(gateway: Any, key: str = "alice--t1") -> bytes | None:
 
 async def session_events(gateway: Any, key: str = "alice--t1") -> list[dict[str, Any]]:
     """The events of the active session of ``key`` (none if there is no session)."""
-    from gateway.sessions import parse_events
+    from gateway.memory.sessions import parse_events
     return parse_events(await session_bytes(gateway, key) or b"", key)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from gateway import hookimpl
-from gateway.config import Settings
-from gateway.plugins import PluginManager
+from gateway.config.settings import Settings
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.tools import Tool, ToolContext
 from tests.conftest import Harness

@@ -14,19 +14,13 @@ from typing import Any
 import pytest
 
 from gateway import Gateway
-from gateway.billing import charge_for, period_of
-from gateway.config import DEFAULT_PLANS, Plan, Price, Settings
+from gateway.base.tokens import load_encoding
+from gateway.billing.credits import charge_for, period_of
+from gateway.config.settings import DEFAULT_PLANS, Plan, Price, Settings
 from gateway.store import Charge
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.sqlite import SQLiteStore
-from gateway.testing.fake_llm import (
-    FakeLLM,
-    Recorded,
-    Scripted,
-    completion,
-    tool_call_completion,
-)
-from gateway.tokens import load_encoding
+from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
 from tests.helpers import Clock, assert_json_error, month_start
 

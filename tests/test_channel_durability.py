@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import DEFAULT_PLANS, Plan
+from gateway.config.settings import DEFAULT_PLANS, Plan
 from gateway.store import InboxEntry
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.slack import BOT_USER_ID, SIGNING_SECRET, FakeSlack, event_body, sign

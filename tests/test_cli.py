@@ -277,8 +277,8 @@ def test_purge_command_exists_and_exits_0(data_dir: Path) -> None:
 def test_serve_logging_keeps_httpx_request_lines_out() -> None:
     import logging
 
-    from gateway.cli import configure_logging
-    from gateway.config import Settings
+    from gateway.cli.main import configure_logging
+    from gateway.config.settings import Settings
 
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import ChatCommand, CommandContext, Gateway, hookimpl
-from gateway.errors import PluginError
-from gateway.plugins import PluginManager
+from gateway.base.errors import PluginError
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.telegram import FakeTelegram
 from tests.conftest import Harness

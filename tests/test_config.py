@@ -12,11 +12,11 @@ import pytest
 
 from channels.slack import SlackSettings
 from channels.telegram import TelegramSettings
-from gateway.config import OPTIONS, Plan, Price, Settings
-from gateway.config import load_settings as load_core_settings
-from gateway.errors import ConfigError
-from gateway.options import Declared, declared
-from gateway.plugins import declared_settings, make_plugin_manager
+from gateway.base.errors import ConfigError
+from gateway.config.options import Declared, declared
+from gateway.config.settings import OPTIONS, Plan, Price, Settings
+from gateway.config.settings import load_settings as load_core_settings
+from gateway.plugins.manager import declared_settings, make_plugin_manager
 from plugins.openai import OpenAISettings
 from tests.conftest import Harness
 

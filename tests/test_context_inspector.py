@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway import PromptSection, TurnContext, hookimpl
-from gateway.plugins import PluginManager
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
 from tests.helpers import assert_json_error

@@ -77,7 +77,7 @@ async def test_a_star_allows_any_origin(start_gateway: Callable[..., Awaitable[H
 
 @pytest.mark.parametrize("value", ["dash.example.com", "ftp://x", "https://a.example/path"])
 def test_a_value_that_is_not_an_origin_is_a_config_error(value: str) -> None:
-    from gateway import options
+    from gateway.config import options
     with pytest.raises(ValueError, match="not an origin"):
         options.origins(value)
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gateway.accounts import LOGIN_LINK_SECONDS
+from gateway.accounts.access import LOGIN_LINK_SECONDS
 from tests.conftest import Harness
 from tests.helpers import Clock, assert_json_error
 from tests.test_cli import acloudybot, last_line

@@ -27,12 +27,7 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.http_client import (
-    ConnectionFailed,
-    HTTPClient,
-    HTTPClientError,
-    ResponseTooLarge,
-)
+from gateway.net.http_client import ConnectionFailed, HTTPClient, HTTPClientError, ResponseTooLarge
 
 MakeClient = Callable[..., HTTPClient]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import hookimpl
-from gateway.inbound import (
+from gateway.kit.inbound import (
     BAD_SENDER,
     EMPTY_REPLY,
     Command,
@@ -15,7 +15,7 @@ from gateway.inbound import (
     DeliveryRetry,
     split_text,
 )
-from gateway.plugins import PluginManager
+from gateway.plugins.manager import PluginManager
 from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import jsonio
+from gateway.base import jsonio
 
 SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**63, max_value=2**64 - 1)
            | st.floats(allow_nan=False, allow_infinity=False) | st.text())

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gateway import hookimpl
-from gateway.logs import log_handler, redact_in_logs
-from gateway.plugins import PluginManager
+from gateway.base.logs import log_handler, redact_in_logs
+from gateway.plugins.manager import PluginManager
 from tests.conftest import Harness
 from tests.process import ServeProcess
 

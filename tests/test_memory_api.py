@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.errors import BadRequest
+from gateway.base.errors import BadRequest
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.helpers import assert_json_error

@@ -11,7 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from gateway.sessions import SessionStore
+from gateway.cli.migrate import CONVERT, TABLES
+from gateway.memory.sessions import SessionStore
 from gateway.store import (
     ChannelMessage,
     Charge,
@@ -21,9 +22,8 @@ from gateway.store import (
     TurnCommit,
     Webhook,
 )
-from gateway.store.migrate import CONVERT, TABLES
 from gateway.store.sqlite import SQLiteStore
-from gateway.webhook_events import message_created
+from gateway.webhooks.events import message_created
 from tests.conftest import Harness
 from tests.test_cli import acloudybot
 

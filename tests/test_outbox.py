@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.interfaces import DeliveryFailed, DeliveryRetry
-from gateway.outbox import MAX_BACKOFF_SECONDS
+from gateway.kit.outbox import MAX_BACKOFF_SECONDS
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel
@@ -147,7 +147,7 @@ async def test_the_cli_says_when_nothing_waits(data_dir: Path,
 
 async def test_a_recorded_delivery_error_never_holds_a_channel_secret(
         loop: LoopChannel, start_gateway: StartGateway) -> None:
-    from gateway.logs import redact_in_logs
+    from gateway.base.logs import redact_in_logs
 
     redact_in_logs("123456:loop-bot-token")  # as a channel registers its bot token
     harness = await start_gateway()

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from gateway import Channel, Gateway, PluginSettings, hookimpl, options, setting
-from gateway.config import Settings, load_settings
-from gateway.errors import ConfigError, PluginError
-from gateway.plugins import PluginManager, declared_settings, describe_plugins
+from gateway import Channel, Gateway, PluginSettings, hookimpl, setting
+from gateway.base.errors import ConfigError, PluginError
+from gateway.config import options
+from gateway.config.settings import Settings, load_settings
+from gateway.plugins.manager import PluginManager, declared_settings, describe_plugins
 from tests.helpers import assert_one_line_error, cli_env
 
 SECRET_TOKEN = "pigeon-secret-token-4711"

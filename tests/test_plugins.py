@@ -23,11 +23,11 @@ from gateway import (
     hookimpl,
     hookspecs,
 )
-from gateway.config import load_settings
-from gateway.errors import ConfigError, PluginError
+from gateway.base.errors import ConfigError, PluginError
+from gateway.config.settings import load_settings
 from gateway.gateway import Gateway
 from gateway.interfaces import SECTION_POSITIONS
-from gateway.plugins import PluginManager, describe_plugins, make_plugin_manager
+from gateway.plugins.manager import PluginManager, describe_plugins, make_plugin_manager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.tools import Tool
 from tests.conftest import Harness
@@ -159,7 +159,7 @@ async def test_broken_entry_point_is_logged_and_skipped(
         "fake_good": GOOD_PLUGIN,
         "fake_broken": 'raise RuntimeError("this plugin is broken")\n',
     })
-    with caplog.at_level(logging.ERROR, logger="gateway.plugins"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.manager"):
         pm = make_plugin_manager()
 
     assert pm.get_plugin("fake_broken") is None
@@ -186,7 +186,7 @@ def test_entry_point_with_wrong_hook_arguments_is_logged_and_skipped(
                 pass
             """,
     })
-    with caplog.at_level(logging.ERROR, logger="gateway.plugins"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.manager"):
         pm = make_plugin_manager()
 
     assert pm.get_plugin("fake_badargs") is None
@@ -206,7 +206,7 @@ def test_entry_point_with_unknown_hook_name_is_logged_and_skipped(
                 pass
             """,
     })
-    with caplog.at_level(logging.ERROR, logger="gateway.plugins"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.manager"):
         pm = make_plugin_manager()
 
     assert pm.get_plugin("fake_typo") is None
@@ -341,7 +341,7 @@ async def test_hook_returning_a_non_list_is_ignored_with_an_error_log(
     harness = await start_gateway()
     auth = await harness.user()
 
-    with caplog.at_level(logging.ERROR, logger="gateway.hooks"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.hooks"):
         response = await harness.chat(auth, "hi")
 
     assert response.status == 200, await response.text()
@@ -364,7 +364,7 @@ async def test_raising_prompt_section_plugin_does_not_fail_the_turn(
     harness = await start_gateway()
     auth = await harness.user()
 
-    with caplog.at_level(logging.ERROR, logger="gateway.hooks"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.hooks"):
         response = await harness.chat(auth, "hi")
 
     assert response.status == 200, await response.text()
@@ -417,7 +417,7 @@ async def test_raising_turn_completed_observer_does_not_stop_others_nor_the_turn
     harness = await start_gateway()
     auth = await harness.user()
 
-    with caplog.at_level(logging.ERROR, logger="gateway.hooks"):
+    with caplog.at_level(logging.ERROR, logger="gateway.plugins.hooks"):
         response = await harness.chat(auth, "hello")
 
     assert response.status == 200, await response.text()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
-from gateway.store.postgres_sessions import PostgresSessions
+from gateway.memory.shared_sessions import PostgresSessions
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
 from tests.helpers import Clock, session_bytes, session_events

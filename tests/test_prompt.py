@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.prompt import ROTATION_HINT, PromptInputs, assemble
+from gateway.base.tokens import TokenCounter
 from gateway.store import StoredMessage
 from gateway.testing.fake_llm import FakeLLM
-from gateway.tokens import TokenCounter
+from gateway.turn.prompt import ROTATION_HINT, PromptInputs, assemble
 from tests.conftest import Harness
 
 BASE = "You are CloudyBot, a helpful assistant. Answer clearly and concisely."

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.billing import CreditGuard, CreditsBusy
-from gateway.config import Price
-from gateway.errors import PaymentRequired
+from gateway.base.errors import PaymentRequired
+from gateway.base.tokens import load_encoding
+from gateway.billing.credits import CreditGuard, CreditsBusy
+from gateway.config.settings import Price
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
-from gateway.tokens import load_encoding
 from gateway.tools import nests_deeper_than
 from tests.conftest import Harness
 from tests.helpers import assert_json_error, until

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.config import Plan
+from gateway.config.settings import Plan
 from gateway.testing.fake_llm import FakeLLM
 from tests.conftest import Harness
 from tests.fakes.loop import LoopChannel

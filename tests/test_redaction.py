@@ -20,10 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import PromptSection, TurnContext, hookimpl
-from gateway.commands import run_command
-from gateway.inbound import Command
-from gateway.plugins import PluginManager
-from gateway.secrets import (
+from gateway.accounts.secrets import (
     REDACTED,
     Redactor,
     redact,
@@ -31,6 +28,9 @@ from gateway.secrets import (
     redact_json_text,
     redactor_for,
 )
+from gateway.commands import run_command
+from gateway.kit.inbound import Command
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.tools import ToolContext
 from tests.conftest import Harness

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gateway import hookimpl
-from gateway.config import Settings
-from gateway.plugins import PluginManager
-from gateway.sessions import Rotation
+from gateway.config.settings import Settings
+from gateway.memory.sessions import Rotation
+from gateway.plugins.manager import PluginManager
 from gateway.store import ExpiredThread, InboxEntry
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness

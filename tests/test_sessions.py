@@ -20,10 +20,8 @@ import pytest
 
 from gateway import Gateway, hookimpl
 from gateway.app import build_app
-from gateway.config import Settings
-from gateway.plugins import PluginManager
-from gateway.prompt import ROTATION_HINT
-from gateway.sessions import (
+from gateway.config.settings import Settings
+from gateway.memory.sessions import (
     Rotation,
     SessionStore,
     ToolExchange,
@@ -31,8 +29,10 @@ from gateway.sessions import (
     encode_key,
     read_events,
 )
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, tool_call_completion
 from gateway.testing.plugin import ReplyRecorder
+from gateway.turn.prompt import ROTATION_HINT
 from tests.conftest import Harness
 
 # The session files; sessions in PostgreSQL are tested in test_postgres_sessions.py.
@@ -896,7 +896,7 @@ def test_an_older_window_asked_later_is_read_again(tmp_path: Path) -> None:
 
 def test_sessions_evicted_from_memory_still_replay(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.sessions.MAX_INDEXED_SESSIONS", 2)
+    monkeypatch.setattr("gateway.memory.sessions.MAX_INDEXED_SESSIONS", 2)
     store = make_store(tmp_path / "sessions")
     for key in ("a", "b", "c", "d"):
         store.append(key, "alice", key, turn_events(1, f"result of {key}", 3))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.prompt import ROTATION_HINT
-from gateway.sessions import SessionStore, read_events
+from gateway.memory.sessions import SessionStore, read_events
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
+from gateway.turn.prompt import ROTATION_HINT
 from tests.conftest import Harness
 from tests.helpers import assert_one_line_error, cli_env
 

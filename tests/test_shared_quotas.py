@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from gateway.config import Plan
-from gateway.quotas import HOLD_SECONDS
+from gateway.billing.quotas import HOLD_SECONDS
+from gateway.config.settings import Plan
 from gateway.store import Claim
 from gateway.store.postgres import PostgresStore
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion

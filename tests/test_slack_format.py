@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from channels.slack import mrkdwn
 from gateway import Gateway
 from gateway.app import build_app
-from gateway.config import Settings
-from gateway.errors import ConfigError
+from gateway.base.errors import ConfigError
+from gateway.config.settings import Settings
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.slack import BOT_USER_ID, SIGNING_SECRET, TEAM_ID, FakeSlack, event_body, sign
 from tests.conftest import Harness

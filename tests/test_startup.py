@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gateway import hookimpl
-from gateway.config import Settings
-from gateway.errors import ConfigError, PluginError
+from gateway.base.errors import ConfigError, PluginError
+from gateway.config.settings import Settings
 from gateway.gateway import Gateway
-from gateway.plugins import PluginManager
+from gateway.plugins.manager import PluginManager
 from gateway.testing.slack import SIGNING_SECRET, FakeSlack
 from tests.conftest import PROXY_VARIABLES
 from tests.test_plugins import install_distribution

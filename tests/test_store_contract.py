@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.base.errors import BadRequest, Conflict, NotFound
 from gateway.store import (
     ChannelMessage,
     Charge,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import BadRequest
+from gateway.base.errors import BadRequest
 from gateway.store.sqlite import SQLiteStore
 
 

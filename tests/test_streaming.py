@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.inbound import PROVIDER_APOLOGY
-from gateway.plugins import PluginManager
+from gateway.kit.inbound import PROVIDER_APOLOGY
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from tests.conftest import Harness
 from tests.fakes.loop import StreamingLoopChannel

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.inbound import PROVIDER_APOLOGY
+from gateway.kit.inbound import PROVIDER_APOLOGY
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.telegram import SECRET, FakeTelegram, loads_param
 from tests.conftest import Harness

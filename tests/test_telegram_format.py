@@ -13,10 +13,10 @@ import pytest
 
 from channels.telegram import adapter
 from gateway import Gateway
-from gateway.config import Settings
-from gateway.errors import ConfigError
-from gateway.logs import MASK, mask_secrets
-from gateway.plugins import PluginManager
+from gateway.base.errors import ConfigError
+from gateway.base.logs import MASK, mask_secrets
+from gateway.config.settings import Settings
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.telegram import (
     BOT_USERNAME,

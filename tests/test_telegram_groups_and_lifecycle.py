@@ -16,9 +16,9 @@ import pytest
 from telegram import Bot
 
 from gateway import Gateway
-from gateway.config import Settings
-from gateway.errors import GatewayError
-from gateway.plugins import PluginManager
+from gateway.base.errors import GatewayError
+from gateway.config.settings import Settings
+from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from gateway.testing.telegram import (
     BOT_ID,

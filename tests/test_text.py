@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.text import split_text
+from gateway.base.text import split_text
 
 
 def fences_balanced(chunk: str) -> bool:

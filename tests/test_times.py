@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.times import iso, iso_utc, month_of
+from gateway.base.times import iso, iso_utc, month_of
 
 EPOCHS = st.floats(min_value=-2e9, max_value=4e9, allow_nan=False, allow_infinity=False)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ConfigError
-from gateway.tokens import TokenCounter, load_encoding
+from gateway.base.errors import ConfigError
+from gateway.base.tokens import TokenCounter, load_encoding
 
 # The OpenAI cookbook's example ("How to count tokens with tiktoken"): 129 prompt tokens.
 COOKBOOK_MESSAGES = [

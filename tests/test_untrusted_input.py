@@ -23,8 +23,8 @@ import pytest
 from aiohttp import web
 
 from gateway import Channel, hookimpl
-from gateway.plugins import PluginManager
-from gateway.secrets import KEY_FILE_NAME
+from gateway.accounts.secrets import KEY_FILE_NAME
+from gateway.plugins.manager import PluginManager
 from gateway.store.sqlite import SQLiteStore
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.slack import SIGNING_SECRET, sign

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.webhooks import WebhookDispatcher
+from gateway.webhooks.dispatcher import WebhookDispatcher
 from tests.conftest import Harness
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.helpers import Clock, assert_json_error, until
@@ -151,7 +151,7 @@ async def test_a_failing_endpoint_rests_and_its_backlog_waits_behind_one_probe(
 
 
 def test_the_retry_schedule_is_standard_webhooks_with_jitter() -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
 
     class Host:
         settings = Settings()

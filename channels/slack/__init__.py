@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, options, setting
+from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, setting
+from gateway.config import options
 
 NAME = "slack"
 

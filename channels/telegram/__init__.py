@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, options, setting
+from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, setting
+from gateway.config import options
 
 NAME = "telegram"
 SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # Telegram's rule for secret_token

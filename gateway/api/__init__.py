@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import operations
+from gateway.api import operations
 
 
 def api_routes() -> list[web.RouteDef]:

@@ -6,13 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from .. import user_data, validation
-from ..billing import period_bounds
-from ..errors import BadRequest, NotFound
-from ..secrets import REDACTED, refuse_saved_passwords
-from ..store import Charge, SecretRecord
-from .context import caller, int_param
-from .middleware import read_json_object
+from gateway.accounts import user_data
+from gateway.accounts.secrets import REDACTED, refuse_saved_passwords
+from gateway.api.context import caller, int_param
+from gateway.api.middleware import read_json_object
+from gateway.base import validation
+from gateway.base.errors import BadRequest, NotFound
+from gateway.billing.credits import period_bounds
+from gateway.store import Charge, SecretRecord
 
 MAX_SITE_CHARS = validation.MAX_SITE_CHARS
 MIN_PASSWORD_CHARS = 8

@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import validation
-from ..agent import TurnResult
-from ..commands import slash_command
-from .context import caller
-from .events import ReplyDeltas, stream_answer, stream_turn, wants_events
-from .middleware import read_json_object
+from gateway.api.context import caller
+from gateway.api.events import ReplyDeltas, stream_answer, stream_turn, wants_events
+from gateway.api.middleware import read_json_object
+from gateway.base import validation
+from gateway.commands import slash_command
+from gateway.turn.agent import TurnResult
 
 
 def _answer(thread_id: str, result: TurnResult) -> dict[str, Any]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..errors import BadRequest
-from ..gateway import Gateway
-from ..store import ThreadRef, User
-from .keys import gateway_key, user_key
+from gateway.api.keys import gateway_key, user_key
+from gateway.base.errors import BadRequest
+from gateway.gateway import Gateway
+from gateway.store import ThreadRef, User
 
 
 def caller(request: web.Request) -> tuple[Gateway, User]:

@@ -16,7 +16,7 @@ from collections.abc import Collection
 
 from aiohttp import web
 
-from .middleware import Handler
+from gateway.api.middleware import Handler
 
 ALLOWED_METHODS = "GET, POST, PUT, DELETE"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, X-CSRF-Token, X-CloudyBot-Thread"

@@ -24,9 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..agent import TurnResult
-from ..errors import GatewayError
-from .keys import gateway_key
+from gateway.api.keys import gateway_key
+from gateway.base.errors import GatewayError
+from gateway.turn.agent import TurnResult
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import validation
-from ..prompt import Prompt
-from ..secrets import redact
-from .context import caller, thread_from_path
+from gateway.accounts.secrets import redact
+from gateway.api.context import caller, thread_from_path
+from gateway.base import validation
+from gateway.turn.prompt import Prompt
 
 HIDDEN = "[hidden]"
 

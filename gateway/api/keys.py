@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..gateway import Gateway
-from ..store import User, WebSession
+from gateway.gateway import Gateway
+from gateway.store import User, WebSession
 
 gateway_key = web.AppKey("gateway", Gateway)
 user_key = web.RequestKey("user", User)

@@ -15,9 +15,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 
-from ..errors import BadRequest, Forbidden, GatewayError, RateLimited, Unauthorized
-from .keys import gateway_key, user_key, web_session_key
-from .openai_errors import openai_error
+from gateway.api.keys import gateway_key, user_key, web_session_key
+from gateway.api.openai_errors import openai_error
+from gateway.base.errors import BadRequest, Forbidden, GatewayError, RateLimited, Unauthorized
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

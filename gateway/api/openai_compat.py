@@ -16,13 +16,13 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import jsonio, validation
-from ..agent import TurnResult
-from ..errors import BadRequest, GatewayError, NotFound
-from .context import caller
-from .events import EventWriter, ReplyDeltas, wait_for_turn
-from .middleware import read_json_object
-from .openai_errors import openai_error
+from gateway.api.context import caller
+from gateway.api.events import EventWriter, ReplyDeltas, wait_for_turn
+from gateway.api.middleware import read_json_object
+from gateway.api.openai_errors import openai_error
+from gateway.base import jsonio, validation
+from gateway.base.errors import BadRequest, GatewayError, NotFound
+from gateway.turn.agent import TurnResult
 
 PREFIX = "/v1/"
 THREAD_HEADER = "X-CloudyBot-Thread"

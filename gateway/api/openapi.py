@@ -14,11 +14,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
-from ..config import Settings
-from . import schemas as s
-from .keys import gateway_key
-from .operations import COMMON_ERRORS, OPERATIONS, Operation, Param
+from gateway import __version__
+from gateway.api import schemas as s
+from gateway.api.keys import gateway_key
+from gateway.api.operations import COMMON_ERRORS, OPERATIONS, Operation, Param
+from gateway.config.settings import Settings
 
 OPENAPI_VERSION = "3.1.0"
 _document_key = web.AppKey("openapi_document", dict)  # filled at the first request

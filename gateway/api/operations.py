@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from .. import validation
-from ..config import Settings
-from . import account, chat, inspector, openai_compat, pinned, signin, threads, webhooks
-from . import schemas as s
+from gateway.api import account, chat, inspector, openai_compat, pinned, signin, threads, webhooks
+from gateway.api import schemas as s
+from gateway.base import validation
+from gateway.config.settings import Settings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodySchema = s.Schema | Callable[[Settings], s.Schema]

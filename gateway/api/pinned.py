@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .. import validation
-from ..secrets import refuse_saved_passwords
-from ..store import ThreadRef
-from .context import caller, thread_from_query
-from .middleware import read_json_object
+from gateway.accounts.secrets import refuse_saved_passwords
+from gateway.api.context import caller, thread_from_query
+from gateway.api.middleware import read_json_object
+from gateway.base import validation
+from gateway.store import ThreadRef
 
 
 def _memory(ref: ThreadRef, memory: dict[str, str]) -> web.Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import validation
+from gateway.base import validation
 
 Schema = dict[str, Any]
 

@@ -8,9 +8,9 @@ import ipaddress
 
 from aiohttp import web
 
-from ..errors import Forbidden, Unauthorized
-from ..metrics import CONTENT_TYPE
-from .keys import gateway_key
+from gateway.api.keys import gateway_key
+from gateway.base.errors import Forbidden, Unauthorized
+from gateway.base.metrics import CONTENT_TYPE
 
 
 def may_scrape(remote: str | None, authorization: str, token: str) -> bool:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..accounts import WEB_SESSION_SECONDS
-from ..errors import BadRequest
-from .context import caller
-from .keys import gateway_key, web_session_key
-from .middleware import SESSION_COOKIE, read_json_object
+from gateway.accounts.access import WEB_SESSION_SECONDS
+from gateway.api.context import caller
+from gateway.api.keys import gateway_key, web_session_key
+from gateway.api.middleware import SESSION_COOKIE, read_json_object
+from gateway.base.errors import BadRequest
 
 
 def _with_cookie(request: web.Request, response: web.StreamResponse,

@@ -6,11 +6,11 @@ import re
 
 from aiohttp import web
 
-from ..errors import BadRequest
-from ..gateway import DASHBOARD
-from ..store import Delivery, Thread
-from ..times import iso_utc
-from .context import caller, int_param, thread_from_path
+from gateway.api.context import caller, int_param, thread_from_path
+from gateway.base.errors import BadRequest
+from gateway.base.times import iso_utc
+from gateway.gateway import DASHBOARD
+from gateway.store import Delivery, Thread
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500

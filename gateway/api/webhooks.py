@@ -7,13 +7,15 @@ import secrets
 
 from aiohttp import web
 
-from .. import destinations, webhook_events, webhook_signing
-from ..errors import BadRequest, NotFound
-from ..store import Webhook, WebhookDelivery
-from ..times import iso_utc
-from ..webhooks import PENDING, seal_context
-from .context import caller, int_param
-from .middleware import read_json_object
+from gateway.api.context import caller, int_param
+from gateway.api.middleware import read_json_object
+from gateway.base.errors import BadRequest, NotFound
+from gateway.base.times import iso_utc
+from gateway.net import destinations
+from gateway.store import Webhook, WebhookDelivery
+from gateway.webhooks import events as webhook_events
+from gateway.webhooks import signing as webhook_signing
+from gateway.webhooks.dispatcher import PENDING, seal_context
 
 MAX_WEBHOOKS = 20  # per user
 WEBHOOK_ID = re.compile(r"wh_[0-9a-f]{24}")

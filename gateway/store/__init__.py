@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..locks import Leadership, SharedLock
-from .records import (
+from gateway.base.locks import Leadership, SharedLock
+from gateway.store.records import (
     ChannelMessage,
     Charge,
     Claim,
@@ -43,9 +43,9 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from ..config import Settings
-    from ..quotas import Quotas
-    from ..sessions import RotationObserver, Sessions
+    from gateway.billing.quotas import Quotas
+    from gateway.config.settings import Settings
+    from gateway.memory.sessions import RotationObserver, Sessions
 
 
 class Store(Protocol):

@@ -19,23 +19,23 @@ from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 
-from .. import jsonio
-from ..config import Settings
-from ..errors import BadRequest, Conflict, NotFound, Unavailable
-from ..sessions import RotationObserver
-from ..times import epoch_of, iso_utc
-from .columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
-from .postgres_migrations import MIGRATIONS
-from .postgres_quotas import SharedQuotas
-from .postgres_sessions import SESSION_STATE, PostgresSessions
-from .postgres_webhooks import (
+from gateway.base import jsonio
+from gateway.base.errors import BadRequest, Conflict, NotFound, Unavailable
+from gateway.base.times import epoch_of, iso_utc
+from gateway.billing.shared_quotas import SharedQuotas
+from gateway.config.settings import Settings
+from gateway.memory.sessions import RotationObserver
+from gateway.memory.shared_sessions import SESSION_STATE, PostgresSessions
+from gateway.store.columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
+from gateway.store.postgres_migrations import MIGRATIONS
+from gateway.store.postgres_webhooks import (
     HOOKED_ROWS,
     PostgresWebhooks,
     credits_low_body,
     event_params,
     queue_events,
 )
-from .records import (
+from gateway.store.records import (
     REPLY_SLOT,
     USER_MESSAGE_SLOT,
     Charge,

@@ -12,9 +12,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import jsonio, webhook_events
-from .columns import WEBHOOK_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
-from .records import DueDelivery, Webhook, WebhookAttempt, WebhookDelivery, WebhookEvent
+from gateway.base import jsonio
+from gateway.store.columns import WEBHOOK_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
+from gateway.store.records import (
+    DueDelivery,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+)
+from gateway.webhooks import events as webhook_events
 
 T = TypeVar("T")
 Connection = Any  # an asyncpg.Connection (asyncpg ships no type hints)

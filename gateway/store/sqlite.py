@@ -19,21 +19,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from .. import webhook_events
-from ..config import Settings
-from ..errors import BadRequest, Conflict, NotFound
-from ..files import private_dir, private_file
-from ..locks import Alone
-from ..times import epoch_of, iso_utc
-from .columns import (
+from gateway.base.errors import BadRequest, Conflict, NotFound
+from gateway.base.files import private_dir, private_file
+from gateway.base.locks import Alone
+from gateway.base.times import epoch_of, iso_utc
+from gateway.config.settings import Settings
+from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
     USER_COLUMNS,
     WEBHOOK_COLUMNS,
     WEBHOOK_DELIVERY_COLUMNS,
 )
-from .migrations import MIGRATIONS
-from .records import (
+from gateway.store.migrations import MIGRATIONS
+from gateway.store.records import (
     Charge,
     Claim,
     Delivery,
@@ -58,7 +57,8 @@ from .records import (
     WebhookEvent,
     WebSession,
 )
-from .worker import WorkerThread
+from gateway.store.worker import WorkerThread
+from gateway.webhooks import events as webhook_events
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .loopback import LoopbackServer
+from gateway.testing.loopback import LoopbackServer
 
 
 @dataclass

@@ -34,13 +34,13 @@ from typing import Any
 
 import pytest
 
-from ..app import build_app
-from ..config import Settings, load_settings
-from ..gateway import Gateway
-from ..hookspecs import hookimpl
-from ..plugins import PluginManager, declared_settings, make_plugin_manager
-from ..store import Delivery
-from .fake_llm import FakeLLM
+from gateway.app import build_app
+from gateway.config.settings import Settings, load_settings
+from gateway.gateway import Gateway
+from gateway.hookspecs import hookimpl
+from gateway.plugins.manager import PluginManager, declared_settings, make_plugin_manager
+from gateway.store import Delivery
+from gateway.testing.fake_llm import FakeLLM
 
 
 class ReplyRecorder:

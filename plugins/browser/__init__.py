@@ -15,11 +15,11 @@ import weakref
 from typing import Any
 
 from gateway import Gateway, PluginSettings, PromptSection, hookimpl
+from gateway.accounts.secrets import open_credentials, redact
 from gateway.interfaces import TurnContext
-from gateway.prompt import Credential
-from gateway.secrets import open_credentials, redact
-from gateway.sessions import Rotation
+from gateway.memory.sessions import Rotation
 from gateway.tools import Tool, ToolContext
+from gateway.turn.prompt import Credential
 
 from . import actions
 from .actions import ACTIONS, ActionError

@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gateway.destinations import DestinationRefused, web_url
-from gateway.errors import BadRequest
-from gateway.prompt import Credential
-from gateway.validation import site as saved_site
+from gateway.base.errors import BadRequest
+from gateway.base.validation import site as saved_site
+from gateway.net.destinations import DestinationRefused, web_url
+from gateway.turn.prompt import Credential
 
 from .pool import BrowserSession
 

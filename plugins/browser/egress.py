@@ -16,7 +16,7 @@ import contextlib
 import logging
 from urllib.parse import urlsplit
 
-from gateway.destinations import DestinationRefused, Resolver, addresses, system_resolver
+from gateway.net.destinations import DestinationRefused, Resolver, addresses, system_resolver
 
 log = logging.getLogger(__name__)
 HEAD_TIMEOUT_SECONDS = 30.0

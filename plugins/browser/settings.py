@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway import options, setting
+from gateway import setting
+from gateway.config import options
 
 DEFAULT_EXECUTABLE = Path("/usr/bin/chromium")
 INSTALL_HINT = "pip install 'cloudybot[browser]'"

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway import Channel, Gateway, hookimpl
-from gateway.inbound import InboundMessage
 from gateway.interfaces import Attachment, Image
+from gateway.kit.inbound import InboundMessage
 
 
 class LoopChannel(Channel):

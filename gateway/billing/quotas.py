@@ -1,0 +1,130 @@
+"""Admission of a user's turns: the plan's rate limit and the credit holds of turns in flight.
+
+Two implementations of one protocol, picked by the store: :class:`LocalQuotas` keeps both in
+this process's memory (one process on SQLite: free of any round trip), and
+:class:`gateway.store.postgres_quotas.SharedQuotas` keeps them on the account's row in
+PostgreSQL, where every process sees them. A turn's admission is one object from before its
+state is read to its end:
+
+1. :attr:`Admission.claim` goes to ``Store.load_turn``: a shared store counts the turn against
+   the rate limit and places a hold for its first call in the same statement as the read;
+2. :meth:`Admission.check` raises 429 or 402 when the turn may not start;
+3. :meth:`Admission.reserve` before each provider call (usually nothing to do);
+4. the commit carrying :attr:`Admission.hold` releases the hold with the charges, and
+   :meth:`Admission.settle` says so; a turn that ends without a commit releases it on exit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.billing.credits import Admission as GuardAdmission
+from gateway.billing.credits import CreditGuard, RateLimiter, worst_case
+from gateway.config.settings import Settings
+from gateway.store import Store
+from gateway.store.records import Claim, Claimed, User
+
+# A hold of a process that died is forgotten after this long (each reservation renews it).
+HOLD_SECONDS = 300.0
+
+
+class Admission(Protocol):
+    """One turn's (or summarization's) standing with the user's quotas."""
+
+    @property
+    def claim(self) -> Claim | None:
+        """What ``Store.load_turn`` should claim with the read (None: nothing)."""
+
+    @property
+    def hold(self) -> str | None:
+        """The id of this admission's credit hold in the store, for the commit to release."""
+
+    async def check(self, user: User, limit: int, claimed: Claimed | None) -> None:
+        """Raise 429 past the rate ``limit`` (requests a minute, 0: none) or while other turns
+        hold what is left, 402 when the balance is spent. ``user`` is the account as of now
+        (monthly grant applied); ``claimed`` what the read claimed."""
+
+    async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
+        """Before a provider call: hold what was ``spent`` so far plus ``estimate`` (the call's
+        worst case), or raise as :meth:`check` does."""
+
+    async def reserve_alone(self, estimate: int) -> None:
+        """Hold ``estimate`` for a call outside a turn (a summarization), against the
+        balance as it is now, or raise as :meth:`reserve` does."""
+
+    def settle(self, charged: int) -> None:
+        """``charged`` was committed, with :attr:`hold` released by the same commit."""
+
+
+class Quotas(Protocol):
+    """Where admissions come from."""
+
+    def admit(self, user_id: str) -> AbstractAsyncContextManager[Admission]:
+        """Admit a turn of ``user_id`` for the duration of the block (before its balance is
+        read)."""
+
+    def prune(self) -> None:
+        """Forget what no longer limits anyone (periodic, bounded memory)."""
+
+
+class LocalQuotas:
+    """Quotas of one process: the in-memory :class:`CreditGuard` and :class:`RateLimiter`."""
+
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.credit_guard = CreditGuard()
+        self.rate_limiter = RateLimiter(clock)
+
+    @asynccontextmanager
+    async def admit(self, user_id: str) -> AsyncIterator[Admission]:
+        """Admit a turn of ``user_id`` for the duration of the block."""
+        with self.credit_guard.admit(user_id) as admission:
+            yield _LocalAdmission(self.store, self.rate_limiter, user_id, admission)
+
+    def prune(self) -> None:
+        """Forget users with no turn in the rate window."""
+        self.rate_limiter.prune()
+
+
+@dataclass
+class _LocalAdmission:
+    store: Store
+    limiter: RateLimiter
+    user_id: str
+    admission: GuardAdmission
+
+    claim: Claim | None = None
+    hold: str | None = None
+
+    async def check(self, user: User, limit: int, claimed: Claimed | None) -> None:
+        """Count the turn against the rate limit, then require credits (see
+        :meth:`billing.Admission.require`)."""
+        self.limiter.check(self.user_id, limit)
+        self.admission.require(user.credits)
+
+    async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
+        """Hold ``spent + estimate`` in this process's guard."""
+        self.admission.reserve(balance, estimate, spent)
+
+    async def reserve_alone(self, estimate: int) -> None:
+        """Read the balance (after admission, as a turn does), then hold ``estimate``."""
+        user = await self.store.get_user(self.user_id)
+        self.admission.reserve(user.credits if user is not None else 0, estimate)
+
+    def settle(self, charged: int) -> None:
+        """The hold becomes the charge."""
+        self.admission.settle(charged)
+
+
+def new_claim(settings: Settings, now: float) -> Claim:
+    """A turn's claim: a new hold id, held for a first call at the most a prompt can count
+    (``MAX_CONTEXT``), and the plans' rate limits."""
+    return Claim(hold_id=uuid.uuid4().hex,
+                 credits=worst_case(settings, settings.max_context, settings.llm_max_tokens),
+                 now=now, expires=now + HOLD_SECONDS,
+                 rate_limits={name: plan.requests_per_minute
+                              for name, plan in settings.plans.items()})

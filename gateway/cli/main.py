@@ -1,0 +1,568 @@
+"""The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan,
+plans, usage, purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin,
+completion."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeAlias, TypeVar
+
+from aiohttp import web
+
+from gateway import __version__
+from gateway.accounts import user_data
+from gateway.accounts.retention import PurgeReport, Retention
+from gateway.accounts.secrets import SecretBox, load_or_create_key
+from gateway.app import build_app
+from gateway.base.errors import ConfigError, GatewayError
+from gateway.base.locks import KeyedLocks
+from gateway.base.logs import log_handler
+from gateway.base.times import iso_utc
+from gateway.base.tokens import TokenCounter
+from gateway.billing.credits import period_bounds
+from gateway.cli.completion import bash_script
+from gateway.cli.progress import Tick, progress_bar
+from gateway.cli.scaffold import write_plugin
+from gateway.config.settings import Settings, load_settings
+from gateway.gateway import Gateway
+from gateway.memory.sessions import Sessions, SessionStore, parse_events, unobserved
+from gateway.plugins.manager import (
+    PluginManager,
+    declared_settings,
+    describe_plugins,
+    make_plugin_manager,
+)
+from gateway.store import Delivery, ExpiredThread, User
+from gateway.store.backends import store_for
+
+T = TypeVar("T")
+LIST_PAGE = 500  # accounts read at a time by users list
+
+
+def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
+    """The installed plugins, and the settings (core and plugins') from the file and the
+    environment."""
+    path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
+    pm = make_plugin_manager()
+    return load_settings(Path(path) if path else None, plugins=declared_settings(pm)), pm
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return _load(args)[0]
+
+
+def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -> T:
+    """Run ``work`` against the store only: no provider, no channels."""
+    async def run() -> T:
+        gateway = Gateway(settings, make_plugin_manager(load_entry_points=False),
+                          store=store_for(settings))
+        await gateway.store.open()
+        try:
+            return await work(gateway)
+        finally:
+            await gateway.store.close()
+    return asyncio.run(run())
+
+
+def configure_logging(settings: Settings) -> None:
+    """The server's logging: to stderr, one line each, in the configured format and level."""
+    root = logging.getLogger()
+    root.handlers[:] = [log_handler(settings.log_format)]
+    root.setLevel(settings.log_level.upper())
+    # httpx (python-telegram-bot's client) logs every Bot API request at INFO: a line per send
+    # is noise, and formatting it costs more than the send itself. Its warnings still show.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the gateway until interrupted."""
+    settings, pm = _load(args)
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    configure_logging(settings)
+    gateway = Gateway(settings, pm)
+
+    def started(_: str) -> None:
+        channels = ", ".join(name for name, channel in sorted(gateway.channels.items())
+                             if channel.enabled) or "none"
+        tools = ", ".join(sorted(gateway.tools)) or "none"
+        print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}; "
+              f"channels: {channels}; tools: {tools}; data: {settings.data_dir})", flush=True)
+
+    try:
+        web.run_app(build_app(gateway), host=host, port=port, print=started,
+                    shutdown_timeout=settings.shutdown_grace_seconds,
+                    access_log=logging.getLogger("aiohttp.access") if settings.access_log
+                    else None)
+    except OSError as exc:
+        raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return 0
+
+
+def cmd_users_add(args: argparse.Namespace) -> int:
+    """Create an account; its API token is the last line printed."""
+    user, token = _with_gateway(
+        _settings(args), lambda gw: gw.accounts.add_user(args.user_id, args.plan, args.credits))
+    print(f"created user {user.user_id} on plan {user.plan} with {user.credits} credits")
+    print("API token (shown once; send it as 'Authorization: Bearer <token>'):")
+    print(token)
+    return 0
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    """Every account (or the first ``--limit``), by user id: plan, balances, period."""
+    async def run(gateway: Gateway) -> list[User]:
+        users: list[User] = []
+        while len(users) < args.limit:
+            page = await gateway.store.list_users(min(LIST_PAGE, args.limit - len(users)),
+                                                  users[-1].user_id if users else None)
+            users += page
+            if len(page) < LIST_PAGE:
+                break
+        return users
+    users = _with_gateway(_settings(args), run)
+    print(f"{'user':<32} {'plan':<10} {'credits':>10} {'minutes':>8} {'period':<8} created")
+    for user in users:
+        print(f"{user.user_id:<32} {user.plan:<10} {user.credits:>10} "
+              f"{user.browser_minutes:>8} {user.period:<8} {user.created_at}")
+    print(f"{len(users)} account(s)")
+    return 0
+
+
+def cmd_users_show(args: argparse.Namespace) -> int:
+    """One account: plan, balances, period and what it holds."""
+    async def run(gateway: Gateway) -> tuple[User | None, dict[str, int]]:
+        user = await gateway.store.get_user(args.user_id)
+        return user, (await gateway.store.user_counts(args.user_id) if user else {})
+    user, counts = _with_gateway(_settings(args), run)
+    if user is None:
+        raise GatewayError(f"no user {args.user_id!r}")
+    fields = {"user": user.user_id, "plan": user.plan, "credits": user.credits,
+              "minutes": user.browser_minutes, "period": user.period,
+              "created": user.created_at, **counts}
+    for name, value in fields.items():
+        print(f"{name:<12} {value}")
+    return 0
+
+
+def cmd_users_revoke(args: argparse.Namespace) -> int:
+    """End every API token, dashboard session and sign-in link of an account."""
+    async def run(gateway: Gateway) -> int | None:
+        if await gateway.store.get_user(args.user_id) is None:
+            return None
+        return await gateway.store.revoke_access(args.user_id)
+    revoked = _with_gateway(_settings(args), run)
+    if revoked is None:
+        raise GatewayError(f"no user {args.user_id!r}")
+    print(f"revoked {revoked} token(s), session(s) and link(s) of {args.user_id}; a running "
+          "gateway refuses them within 10 s")
+    return 0
+
+
+def cmd_users_export(args: argparse.Namespace) -> int:
+    """Write everything held about an account (never a password or a secret) as one zip."""
+    settings = _settings(args)
+    box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
+    data = _with_gateway(settings, lambda gw: user_data.export_user(
+        gw.store, _sessions_of(gw), box, args.user_id))
+    out = Path(args.out or f"{args.user_id}-export.zip")
+    out.write_bytes(data)
+    print(f"wrote {out} ({len(data):,} bytes): everything held about {args.user_id}")
+    return 0
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    """Delete an account and everything held about it, sessions and archives included."""
+    deleted = _with_gateway(_settings(args), lambda gw: user_data.delete_user(
+        gw.store, _sessions_of(gw), args.user_id))
+    print(f"deleted {args.user_id}: {deleted.threads} thread(s), {deleted.sessions} "
+          "session(s) and archive(s), and every row held about the account")
+    return 0
+
+
+def cmd_plans(args: argparse.Namespace) -> int:
+    """The configured plans: monthly credits and browser minutes, retention, rate limit."""
+    settings = _settings(args)
+    print(f"{'plan':<12} {'credits':>10} {'minutes':>8} {'retention':>10} {'per minute':>10}")
+    for plan in settings.plans.values():
+        default = "  (default)" if plan.name == settings.default_plan else ""
+        print(f"{plan.name:<12} {plan.credits:>10} {plan.browser_minutes:>8} "
+              f"{plan.retention_days:>9}d {plan.requests_per_minute or 'none':>10}{default}")
+    return 0
+
+
+def cmd_users_grant(args: argparse.Namespace) -> int:
+    """Add credits to an account."""
+    if args.credits <= 0:
+        raise GatewayError("credits to grant must be a positive whole number")
+    user = _with_gateway(_settings(args),
+                         lambda gw: gw.store.grant_credits(args.user_id, args.credits))
+    print(f"granted {args.credits} credits to {user.user_id}; balance {user.credits}")
+    return 0
+
+
+def cmd_users_login_link(args: argparse.Namespace) -> int:
+    """A single-use dashboard sign-in link (15 minutes), printed as the last line."""
+    settings = _settings(args)
+    code = _with_gateway(settings, lambda gw: gw.accounts.login_link_code(args.user_id))
+    base = (args.base_url or f"http://{settings.host}:{settings.port}").rstrip("/")
+    print(f"sign-in link for {args.user_id} (works once, for 15 minutes):")
+    print(f"{base}/auth/login?code={code}")
+    return 0
+
+
+def cmd_users_token(args: argparse.Namespace) -> int:
+    """Issue a new API token (earlier ones stop working); printed as the last line."""
+    token = _with_gateway(_settings(args), lambda gw: gw.accounts.issue_token(args.user_id))
+    print(f"new API token for {args.user_id} (earlier tokens no longer work):")
+    print(token)
+    return 0
+
+
+def cmd_users_plan(args: argparse.Namespace) -> int:
+    """Move an account to another plan (balances topped up to the plan's amounts at once)."""
+    settings = _settings(args)
+    plan = settings.plans.get(args.plan)
+    if plan is None:
+        raise GatewayError(f"no plan named {args.plan!r} (plans: {', '.join(settings.plans)})")
+    user = _with_gateway(settings, lambda gw: gw.store.set_plan(
+        args.user_id, plan.name, plan.credits, plan.browser_minutes))
+    print(f"{user.user_id} is on plan {user.plan}: {user.credits} credits, "
+          f"{user.browser_minutes} browser minutes")
+    return 0
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    """Print an account's balances, this period's totals per kind, and its latest ledger rows."""
+    async def work(gw: Gateway) -> None:
+        stored = await gw.store.get_user(args.user_id)
+        if stored is None:
+            raise GatewayError(f"no user {args.user_id!r}")
+        user = await gw.accounts.current_user(stored)
+        start, end = period_bounds(user.period)
+        totals = await gw.store.ledger_totals(user.user_id, start)
+        entries, _ = await gw.store.ledger_page(user.user_id, args.limit, None)
+        print(f"{user.user_id}  plan {user.plan}  credits {user.credits}  "
+              f"browser minutes {user.browser_minutes}  period {start[:10]} to {end[:10]}")
+        print(f"\n{'kind':<14}{'calls':>7}{'prompt tok':>12}{'compl. tok':>12}{'credits':>10}"
+              f"{'minutes':>9}")
+        for kind, total in totals.items():
+            print(f"{kind:<14}{total.model:>7}{total.prompt_tokens:>12}"
+                  f"{total.completion_tokens:>12}{total.credits:>10}{total.minutes:>9}")
+        print(f"\n{'time (UTC)':<21}{'kind':<14}{'model':<18}{'tokens':>12}{'credits':>9}  thread")
+        for entry in entries:
+            charge = entry.charge
+            tokens = f"{charge.prompt_tokens}+{charge.completion_tokens}"
+            print(f"{entry.created_at[:19]:<21}{charge.kind:<14}{charge.model[:17]:<18}"
+                  f"{tokens:>12}{charge.credits:>9}  {entry.thread_key or ''}")
+    _with_gateway(_settings(args), work)
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Delete threads inactive longer than their owner's plan retention (or list them)."""
+    async def work(gw: Gateway, tick: Tick) -> PurgeReport:
+        def progress(done: int, total: int, thread: ExpiredThread) -> None:
+            if args.dry_run:  # the listing is what a dry run is for
+                print(f"[{done}/{total}] would purge {thread.session_key} (plan "
+                      f"{thread.plan}, last active {thread.updated_at[:19]})", flush=True)
+            else:
+                tick("purge", done, total)
+        retention = Retention(gw.settings, gw.store, _sessions_of(gw), KeyedLocks(),
+                              gw.clock, gw.quotas)
+        return await retention.purge(dry_run=args.dry_run, progress=progress)
+
+    with progress_bar("threads") as tick:
+        report = _with_gateway(_settings(args), lambda gw: work(gw, tick))
+    plans = ", ".join(f"{plan}: {count}" for plan, count in sorted(report.by_plan().items()))
+    if args.dry_run:
+        print(f"dry run: {len(report.threads)} thread(s) would be purged"
+              f"{f' ({plans})' if plans else ''}; nothing was changed")
+    else:
+        print(f"purged {len(report.threads)} thread(s){f' ({plans})' if plans else ''}, "
+              f"{report.files} session file(s) ({report.orphans} of deleted threads), "
+              f"{report.inbound_ids} old message id(s)")
+    return 0
+
+
+def cmd_deliveries(args: argparse.Namespace) -> int:
+    """List channel replies still waiting for their platform, and those that failed."""
+    async def work(gw: Gateway) -> list[Delivery]:
+        return await gw.store.deliveries(limit=args.limit)
+
+    deliveries = _with_gateway(_settings(args), work)
+    if args.state != "all":
+        deliveries = [d for d in deliveries if d.state == args.state]
+    if not deliveries:
+        print("no pending or failed deliveries")
+        return 0
+    print(f"{'created (UTC)':<21}{'state':<9}{'tries':>5}  {'channel':<10}{'message':<22}"
+          f"conversation / next attempt or reason")
+    for delivery in deliveries:
+        print(f"{iso_utc(delivery.created)[:19]:<21}{delivery.state:<9}{delivery.attempts:>5}  "
+              f"{delivery.channel[:9]:<10}{delivery.message_id[:21]:<22}{delivery.conversation}")
+        if delivery.state == "pending":
+            detail = f"next attempt {iso_utc(delivery.next_attempt)[:19]}"
+            if delivery.last_error:
+                detail += f" (last error: {delivery.last_error})"
+        else:
+            detail = f"failed: {delivery.last_error}"
+        print(f"{'':<35}{detail}")
+    return 0
+
+
+def _sessions_of(gw: Gateway) -> Sessions:
+    """The deployment's sessions: in its PostgreSQL database, or files in its data dir."""
+    settings = gw.settings
+    counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
+    return gw.store.shared_sessions(settings, counter.chat_message, gw.clock, unobserved) \
+        or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
+                        max_bytes=settings.session_max_file_bytes,
+                        count_message=counter.chat_message)
+
+
+def cmd_sessions_list(args: argparse.Namespace) -> int:
+    """List active sessions: key, size, last activity, archived sessions."""
+    rows = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).active_sessions())
+    for row in rows:
+        print(f"{row.key}\t{row.size} bytes\tlast activity {iso_utc(row.last_write)}\t"
+              f"{row.archives} archived")
+    print(f"{len(rows)} active session(s)")
+    return 0
+
+
+def _exported(args: argparse.Namespace) -> bytes:
+    data = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).export(args.key))
+    if data is None:
+        raise GatewayError(f"no active session {args.key!r}")
+    return data
+
+
+def cmd_sessions_show(args: argparse.Namespace) -> int:
+    """Print the events of a session, one JSON object per line."""
+    for event in parse_events(_exported(args), args.key):
+        print(json.dumps(event, ensure_ascii=False))
+    return 0
+
+
+def cmd_sessions_export(args: argparse.Namespace) -> int:
+    """Write the active session's JSONL (header first) to stdout, as it is stored."""
+    sys.stdout.buffer.write(_exported(args))
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_sessions_rotate(args: argparse.Namespace) -> int:
+    """Archive a session now; the next turn starts a new one (memory is untouched)."""
+    rotation = _with_gateway(_settings(args), lambda gw: _sessions_of(gw).archive_now(args.key))
+    if rotation is None:
+        raise GatewayError(f"no active session {args.key!r}")
+    print(f"archived {args.key} to {rotation.archive or rotation.name}")
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List loaded plugins, built-in and third-party: the hooks each implements, the channels
+    it offers (enabled or not) and its settings as configured (secrets masked)."""
+    settings, pm = _load(args)
+    for name, error in pm.load_failures.items():  # serve would refuse to start
+        print(f"{name:<16} FAILED TO LOAD: {error}")
+    for info in asyncio.run(describe_plugins(Gateway(settings, pm))):
+        print(f"{info.name:<16} {info.distribution:<24} {info.module}")
+        print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
+        for channel, enabled in info.channels:
+            print(f"{'':<16} channel {channel}: {'enabled' if enabled else 'off'}")
+        for line in info.settings:
+            print(f"{'':<16} {line}")
+    return 1 if pm.load_failures else 0
+
+
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    """Write a channel plugin package to start from (its tests pass as written)."""
+    folder = write_plugin(args.name, Path(args.dir))
+    print(f"wrote {folder}: pip install -e '{folder}[test]', then pytest in it")
+    return 0
+
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    config_help = "TOML configuration (default: $CLOUDYBOT_CONFIG or built-ins)"
+    # --config before the subcommand or after it: the subcommand's copy leaves the value
+    # alone unless it is given there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help=config_help)
+    parser = argparse.ArgumentParser(prog="cloudybot", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"cloudybot {__version__}")
+    parser.add_argument("--config", metavar="FILE", default=None, help=config_help)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", parents=[common], help="run the gateway")
+    serve.add_argument("--host", help="listen address (overrides CLOUDYBOT_HOST)")
+    serve.add_argument("--port", type=int, help="listen port (overrides CLOUDYBOT_PORT)")
+    serve.set_defaults(handler=cmd_serve)
+    _add_account_commands(commands, common)
+    _add_channel_commands(commands, common)
+    _add_plugin_commands(commands, common)
+    return parser
+
+
+def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """users add|grant|token|plan, usage, purge."""
+    users = commands.add_parser("users", help="manage accounts").add_subparsers(
+        dest="users_command", required=True)
+    add = users.add_parser("add", parents=[common], help="create an account")
+    add.add_argument("user_id")
+    add.add_argument("--plan", help="plan name (default: the configured default plan)")
+    add.add_argument("--credits", type=int, help="opening balance instead of the plan's grant")
+    add.set_defaults(handler=cmd_users_add)
+    listed = users.add_parser("list", parents=[common], help="list accounts")
+    listed.add_argument("--limit", type=int, default=10_000, help="at most this many")
+    listed.set_defaults(handler=cmd_users_list)
+    show = users.add_parser("show", parents=[common], help="one account and what it holds")
+    show.add_argument("user_id")
+    show.set_defaults(handler=cmd_users_show)
+    revoke = users.add_parser("revoke", parents=[common],
+                              help="end an account's tokens, sessions and sign-in links")
+    revoke.add_argument("user_id")
+    revoke.set_defaults(handler=cmd_users_revoke)
+    export = users.add_parser("export", parents=[common],
+                              help="everything held about an account, as one zip")
+    export.add_argument("user_id")
+    export.add_argument("--out", help="the file to write (default USER_ID-export.zip)")
+    export.set_defaults(handler=cmd_users_export)
+    delete = users.add_parser("delete", parents=[common],
+                              help="delete an account and everything held about it")
+    delete.add_argument("user_id")
+    delete.set_defaults(handler=cmd_users_delete)
+    commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
+        handler=cmd_plans)
+    grant = users.add_parser("grant", parents=[common], help="add credits to an account")
+    grant.add_argument("user_id")
+    grant.add_argument("credits", type=int)
+    grant.set_defaults(handler=cmd_users_grant)
+    token = users.add_parser("token", parents=[common], help="issue a new API token")
+    token.add_argument("user_id")
+    token.set_defaults(handler=cmd_users_token)
+    link = users.add_parser("login-link", parents=[common],
+                            help="a single-use dashboard sign-in link (15 minutes)")
+    link.add_argument("user_id")
+    link.add_argument("--base-url", help="the dashboard's address as users reach it "
+                      "(default http://CLOUDYBOT_HOST:CLOUDYBOT_PORT)")
+    link.set_defaults(handler=cmd_users_login_link)
+    plan = users.add_parser("plan", parents=[common], help="move an account to another plan")
+    plan.add_argument("user_id")
+    plan.add_argument("plan")
+    plan.set_defaults(handler=cmd_users_plan)
+    usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
+    usage.add_argument("user_id")
+    usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
+    usage.set_defaults(handler=cmd_usage)
+    purge_ = commands.add_parser("purge", parents=[common],
+                                 help="delete threads past their plan's retention")
+    purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
+    purge_.set_defaults(handler=cmd_purge)
+
+
+def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """deliveries, sessions list|show|export|rotate."""
+    deliveries = commands.add_parser(
+        "deliveries", parents=[common],
+        help="channel replies waiting for their platform, and failed ones")
+    deliveries.add_argument("--state", choices=("pending", "failed", "all"), default="all",
+                            help="which deliveries to list (all)")
+    deliveries.add_argument("--limit", type=int, default=100,
+                            help="newest deliveries to look at (100)")
+    deliveries.set_defaults(handler=cmd_deliveries)
+    sessions = commands.add_parser("sessions", help="inspect agent sessions").add_subparsers(
+        dest="sessions_command", required=True)
+    sessions.add_parser("list", parents=[common], help="list active sessions").set_defaults(
+        handler=cmd_sessions_list)
+    show = sessions.add_parser("show", parents=[common], help="print a session's events")
+    show.add_argument("key", help="session key, e.g. alice--t1 or telegram:42")
+    show.set_defaults(handler=cmd_sessions_show)
+    export = sessions.add_parser("export", parents=[common],
+                                 help="write a session's JSONL to stdout")
+    export.add_argument("key", help="session key, e.g. alice--t1 or telegram:42")
+    export.set_defaults(handler=cmd_sessions_export)
+    rotate = sessions.add_parser("rotate", parents=[common], help="archive a session now")
+    rotate.add_argument("key")
+    rotate.set_defaults(handler=cmd_sessions_rotate)
+    migrate = commands.add_parser("migrate", help="copy a SQLite deployment into PostgreSQL")
+    migrate.add_argument("--from-sqlite", required=True, metavar="DATA_DIR",
+                         help="the data dir of the SQLite deployment (not running)")
+    migrate.add_argument("--to", required=True, metavar="URL",
+                         help="postgresql://user@host/database (created beforehand)")
+    migrate.add_argument("--force", action="store_true",
+                         help="replace what the target database already holds")
+    migrate.set_defaults(handler=cmd_migrate)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Copy a SQLite deployment into PostgreSQL (rows; session files stay in the data dir)."""
+    from gateway.cli.migrate import migrate
+    from gateway.config.options import database_url
+
+    try:
+        url = database_url(args.to)
+    except ValueError as exc:
+        raise GatewayError(f"--to {exc}") from None
+    if not url:
+        raise GatewayError("--to must be a postgresql:// URL")
+    with progress_bar("rows") as tick:
+        report = asyncio.run(migrate(Path(args.from_sqlite), url, force=args.force,
+                                     progress=tick))
+    tables = ", ".join(f"{table} {count:,}" for table, count in report.copied.items() if count)
+    print(f"migrated {report.total:,} rows from {args.from_sqlite} ({tables or 'none'}); "
+          "every table's count matches")
+    return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the shell completion script: ``eval "$(cloudybot completion bash)"``."""
+    print(bash_script(build_parser()), end="")
+    return 0
+
+
+def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """plugins, new-plugin."""
+    completion = commands.add_parser(
+        "completion", help="print shell completion: eval \"$(cloudybot completion bash)\"")
+    completion.add_argument("shell", choices=["bash"])
+    completion.set_defaults(handler=cmd_completion)
+    plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
+    plugins.set_defaults(handler=cmd_plugins)
+    scaffold = commands.add_parser("new-plugin",
+                                   help="write a channel plugin package to start from")
+    scaffold.add_argument("name", help="the channel's name: a-z, then a-z 0-9 _")
+    scaffold.add_argument("--dir", default=".", help="where to write cloudybot-NAME/")
+    scaffold.set_defaults(handler=cmd_new_plugin)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cloudybot`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(f"cloudybot: config error: {exc.message}", file=sys.stderr)
+        return 2
+    except GatewayError as exc:
+        print(f"cloudybot: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""Configuration: documented defaults, an optional TOML file, and environment variables on top.
+
+Every core option is declared once, as a field of :class:`Settings` (its TOML place, its
+environment variable, default and check: :func:`gateway.options.setting`);
+``config/cloudybot.toml`` documents the same list (a test keeps the two in step). Plugins
+declare theirs the same way (the ``plugin_settings`` hook) and are read by the same code. A bad
+value raises :class:`ConfigError` with one line that names the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway.base.errors import ConfigError, PluginError
+from gateway.config import options
+from gateway.config.options import (
+    Declared,
+    PluginSettings,
+    declared,
+    read_group,
+    read_values,
+    setting,
+)
+
+T = TypeVar("T")
+DEFAULT_SYSTEM_PROMPT = "You are CloudyBot, a helpful assistant. Answer clearly and concisely."
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an account on a plan gets each month, and its limits."""
+
+    name: str
+    credits: int
+    browser_minutes: int
+    retention_days: int
+    requests_per_minute: int
+
+
+@dataclass(frozen=True)
+class Price:
+    """AI credits charged per 1,000 prompt and completion tokens of one model."""
+
+    prompt: float
+    completion: float
+
+
+PLAN_FIELDS = ("credits", "browser_minutes", "retention_days", "requests_per_minute")
+PRICE_FIELDS = ("prompt", "completion")
+# Tables whose keys are names chosen by the operator.
+FREE_TABLES = ("plans", "prices", "plugins")
+
+DEFAULT_PLANS = {
+    "free": Plan("free", credits=1000, browser_minutes=30, retention_days=30,
+                 requests_per_minute=20),
+    "pro": Plan("pro", credits=20000, browser_minutes=600, retention_days=365,
+                requests_per_minute=120),
+    "team": Plan("team", credits=100000, browser_minutes=3000, retention_days=730,
+                 requests_per_minute=0),
+}
+DEFAULT_PRICES = {
+    "default": Price(prompt=1.0, completion=3.0),
+    "offline": Price(prompt=0.0, completion=0.0),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The gateway's whole configuration, validated; each option declared once, here.
+
+    An option's place in TOML, its environment variable, default and check are its field's
+    :func:`~gateway.options.setting`; ``config/cloudybot.toml`` documents the same list (a
+    test keeps the two in step). Plugins' own settings are in ``plugins``, read the same way
+    (:meth:`plugin`).
+    """
+
+    data_dir: Path = setting(Path("./data"), "SQLite database, sessions/ and the generated "
+                             "secret key", section="storage", env="CLOUDYBOT_DATA_DIR",
+                             parse=options.path)
+    secret_key: str = setting("", "key for secrets at rest; generated into the data dir "
+                              "(mode 0600) if empty", section="storage",
+                              env="CLOUDYBOT_SECRET_KEY", secret=True)
+    database_url: str = setting("", "postgresql://user@host/db to keep everything in "
+                                "PostgreSQL (several processes may share it); empty: SQLite in "
+                                "the data dir", section="storage", env="CLOUDYBOT_DATABASE_URL",
+                                secret=True, parse=options.database_url)
+    database_pool_size: int = setting(10, "PostgreSQL connections each process keeps at most",
+                                      section="storage", env="CLOUDYBOT_DATABASE_POOL_SIZE",
+                                      parse=options.positive_int)
+    leader_retry_seconds: float = setting(
+        10.0, "with several processes, how often each asks whether a role's player (the "
+        "Telegram poller) died, and takes over the messages of processes that died",
+        section="storage",
+        env="CLOUDYBOT_LEADER_RETRY_SECONDS", parse=options.positive_float)
+    host: str = setting("127.0.0.1", "listen address", section="server", env="CLOUDYBOT_HOST",
+                        parse=options.name)
+    port: int = setting(8080, "listen port", section="server", env="CLOUDYBOT_PORT",
+                        parse=options.port)
+    max_request_bytes: int = setting(1_048_576, "largest accepted request body (413 above)",
+                                     section="server", env="CLOUDYBOT_MAX_REQUEST_BYTES",
+                                     parse=options.positive_int)
+    body_timeout_seconds: float = setting(
+        15.0, "a request body that has not fully arrived after this long is cut (408)",
+        section="server", env="CLOUDYBOT_BODY_TIMEOUT_SECONDS", parse=options.positive_float)
+    shutdown_grace_seconds: float = setting(
+        25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next "
+        "start", section="server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS",
+        parse=options.count_float)
+    metrics_token: str = setting(
+        "", "bearer token that opens GET /metrics to other hosts (from loopback it is open)",
+        secret=True, section="server", env="CLOUDYBOT_METRICS_TOKEN", parse=options.text)
+    cors_origins: tuple[str, ...] = setting(
+        (), "web origins (comma-separated, or *) whose pages may call the API from a browser; "
+        "none by default", section="server", env="CLOUDYBOT_CORS_ORIGINS",
+        parse=options.origins)
+    log_format: str = setting("text", "log lines as text or json (one object per line)",
+                              section="server", env="CLOUDYBOT_LOG_FORMAT",
+                              parse=options.choice("text", "json"))
+    log_level: str = setting("info", "the least severe log lines written", section="server",
+                             env="CLOUDYBOT_LOG_LEVEL",
+                             parse=options.choice("debug", "info", "warning", "error"))
+    access_log: bool = setting(False, "log one line per HTTP request (off by default: it costs "
+                               "~8% of a turn's CPU)", section="server",
+                               env="CLOUDYBOT_ACCESS_LOG")
+    max_context: int = setting(8000, "token budget of the whole prompt", section="memory",
+                               env="MAX_CONTEXT", parse=options.positive_int)
+    summarize_at: int = setting(10, "summarize when this many recent messages are stored",
+                                section="memory", env="SUMMARIZE_AT",
+                                parse=options.positive_int)
+    keep_recent: int = setting(5, "recent messages kept verbatim after summarizing",
+                               section="memory", env="KEEP_RECENT", parse=options.positive_int)
+    tokenizer_encoding: str = setting("cl100k_base", "tiktoken encoding used to count prompt "
+                                      "tokens", section="memory",
+                                      env="CLOUDYBOT_TOKENIZER_ENCODING", parse=options.name)
+    max_message_chars: int = setting(32_000, "longest accepted user message", section="memory",
+                                     env="CLOUDYBOT_MAX_MESSAGE_CHARS",
+                                     parse=options.positive_int)
+    max_pinned_keys: int = setting(100, "most pinned keys a thread may hold", section="memory",
+                                   env="CLOUDYBOT_MAX_PINNED_KEYS", parse=options.positive_int)
+    session_idle_minutes: float = setting(
+        30.0, "rotate a session idle longer than this (fractions allowed)", key="idle_minutes",
+        section="sessions", env="SESSION_IDLE_MINUTES", parse=options.positive_float)
+    session_max_file_bytes: int = setting(
+        204_800, "rotate a session file larger than this", key="max_file_bytes",
+        section="sessions", env="SESSION_MAX_FILE_BYTES", parse=options.positive_int)
+    llm_provider: str = setting("", "provider plugin; empty: openai if a base URL or "
+                                "OPENAI_API_KEY is set, else offline", key="provider",
+                                section="llm", env="CLOUDYBOT_LLM_PROVIDER")
+    llm_model: str = setting("gpt-4o-mini", "model name sent to the provider", key="model",
+                             section="llm", env="CLOUDYBOT_LLM_MODEL", parse=options.name)
+    llm_max_tokens: int = setting(1024, "longest reply asked of the model", key="max_tokens",
+                                  section="llm", env="CLOUDYBOT_LLM_MAX_TOKENS",
+                                  parse=options.positive_int)
+    llm_vision: bool = setting(False, "send pictures from channels (Telegram photos, Slack "
+                               "images) to the model", key="vision", section="llm",
+                               env="CLOUDYBOT_LLM_VISION")
+    llm_max_image_bytes: int = setting(5_000_000, "largest picture downloaded for the model",
+                                       key="max_image_bytes", section="llm",
+                                       env="CLOUDYBOT_LLM_MAX_IMAGE_BYTES",
+                                       parse=options.positive_int)
+    max_tool_rounds: int = setting(5, "tool-call rounds per turn before the agent stops with "
+                                   "a message", section="llm", env="CLOUDYBOT_MAX_TOOL_ROUNDS",
+                                   parse=options.count)
+    tool_timeout_seconds: float = setting(
+        30.0, "one tool call may take this long (the model then reads a timeout error)",
+        section="llm", env="CLOUDYBOT_TOOL_TIMEOUT_SECONDS", parse=options.positive_float)
+    system_prompt: str = setting(DEFAULT_SYSTEM_PROMPT, "base system instructions (section 1 "
+                                 "of every prompt)", section="llm",
+                                 env="CLOUDYBOT_SYSTEM_PROMPT", parse=options.name)
+    delivery_retry_hours: float = setting(
+        24.0, "a reply the platform refuses for a passing reason is retried for this long",
+        section="channels", env="CLOUDYBOT_DELIVERY_RETRY_HOURS",
+        parse=options.positive_float)
+    webhooks_retry_seconds: tuple[float, ...] = setting(
+        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
+        "delays (s) after each failed webhook attempt, with jitter; after the last, the "
+        "delivery fails", key="retry_seconds", section="webhooks",
+        env="CLOUDYBOT_WEBHOOKS_RETRY_SECONDS", parse=options.delays)
+    webhooks_allow_private: bool = setting(
+        False, "let webhooks go to loopback, private, link-local and metadata addresses",
+        key="allow_private", section="webhooks", env="CLOUDYBOT_WEBHOOKS_ALLOW_PRIVATE")
+    webhooks_concurrency: int = setting(
+        4, "deliveries in flight at once per webhook endpoint", key="concurrency",
+        section="webhooks", env="CLOUDYBOT_WEBHOOKS_CONCURRENCY", parse=options.positive_int)
+    webhooks_timeout_seconds: float = setting(
+        10.0, "an endpoint that has not answered 2xx by then has failed the attempt",
+        key="timeout_seconds", section="webhooks", env="CLOUDYBOT_WEBHOOKS_TIMEOUT_SECONDS",
+        parse=options.positive_float)
+    browser_vault: bool = setting(
+        False, "saved browser logins reach the prompt as site names only: the browser tool's "
+        "fill_credential is then the one way a password reaches a page", key="vault",
+        section="browser", env="CLOUDYBOT_BROWSER_VAULT")
+    channel_streaming: bool = setting(True, "show channel replies growing while the model "
+                                      "writes (where the channel can)", key="streaming",
+                                      section="channels", env="CLOUDYBOT_CHANNEL_STREAMING")
+    purge_interval_minutes: float = setting(
+        60.0, "serve purges expired threads this often (0: only `cloudybot purge`)",
+        section="accounts", env="CLOUDYBOT_PURGE_INTERVAL_MINUTES", parse=options.count_float)
+    auto_provision: bool = setting(True, "create unknown channel senders on the default plan",
+                                   section="accounts", env="CLOUDYBOT_AUTO_PROVISION")
+    default_plan: str = setting("free", "plan of new accounts", section="accounts",
+                                env="CLOUDYBOT_DEFAULT_PLAN", parse=options.name)
+    plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
+    prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # each plugin's settings (see plugin_settings), by plugin name
+    plugins: Mapping[str, Any] = field(default_factory=dict)
+
+    def plugin(self, schema: type[T]) -> T:
+        """The settings of the plugin whose settings dataclass is ``schema`` (its defaults if
+        they were not read, as in a test that builds Settings by hand)."""
+        for values in self.plugins.values():
+            if type(values) is schema:
+                return values
+        return schema()
+
+    def with_plugin(self, name: str, values: Any) -> Settings:
+        """These settings with plugin ``name``'s replaced by ``values``."""
+        return dataclasses.replace(self, plugins={**self.plugins, name: values})
+
+    def price_for(self, *models: str) -> Price:
+        """The price of the first of ``models`` that has one, else the ``default`` price."""
+        for model in models:
+            if model in self.prices:
+                return self.prices[model]
+        return self.prices["default"]
+
+    @property
+    def database_path(self) -> Path:
+        """Where the SQLite database lives."""
+        return self.data_dir / "cloudybot.sqlite3"
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where the JSONL session files live."""
+        return self.data_dir / "sessions"
+
+
+# Every core option, as read (the CLI and tests list them; the shipped file documents them).
+OPTIONS: tuple[Declared, ...] = tuple(declared(Settings))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _table(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    table = document.get(name, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[{name}] must be a table, got {table!r}")
+    return table
+
+
+def _plans(table: Mapping[str, Any]) -> dict[str, Plan]:
+    plans = dict(DEFAULT_PLANS)
+    for name, spec in table.items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"[plans.{name}] must be a table")
+        _no_unknown_keys(spec, f"plans.{name}", PLAN_FIELDS)
+        base = plans.get(name, Plan(name, 0, 0, 30, 0))
+        values = {}
+        for attr in PLAN_FIELDS:
+            raw = spec.get(attr, getattr(base, attr))
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise ConfigError(f"[plans.{name}] {attr} must be a whole number >= 0, got {raw!r}")
+            values[attr] = raw
+        plans[name] = Plan(name, **values)
+    return plans
+
+
+def _prices(table: Mapping[str, Any]) -> dict[str, Price]:
+    prices = dict(DEFAULT_PRICES)
+    for model, spec in table.items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"[prices.{model!r}] must be a table")
+        _no_unknown_keys(spec, f"prices.{model!r}", PRICE_FIELDS)
+        base = prices.get(model, Price(0.0, 0.0))
+        values = {}
+        for attr in PRICE_FIELDS:
+            raw = spec.get(attr, getattr(base, attr))
+            if (isinstance(raw, bool) or not isinstance(raw, int | float)
+                    or not 0 <= raw < float("inf")):
+                raise ConfigError(f"[prices.{model!r}] {attr} must be a finite number >= 0, "
+                                  f"got {raw!r}")
+            values[attr] = float(raw)
+        prices[model] = Price(**values)
+    return prices
+
+
+def _no_unknown_keys(table: Mapping[str, Any], where: str, known: Iterable[str]) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ConfigError(f"[{where}] has unknown key(s): {', '.join(unknown)}")
+
+
+# Where options that moved to a built-in plugin's table are now, for a clear message.
+MOVED = {"telegram": "plugins.telegram", "slack": "plugins.slack",
+         "llm.base_url": "plugins.openai", "llm.api_key": "plugins.openai",
+         "llm.timeout_seconds": "plugins.openai", "llm.max_retries": "plugins.openai"}
+
+
+def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSettings]) -> None:
+    """Typos are errors: every section and key of the file must be known, and every
+    ``[plugins.NAME]`` table must belong to a loaded plugin that declares settings."""
+    sections: dict[str, set[str]] = {}
+    for option in OPTIONS:
+        sections.setdefault(option.section, set()).add(option.key)
+    for moved, place in MOVED.items():
+        section, _, key = moved.partition(".")
+        table = document.get(section)
+        if table is not None and (not key or (isinstance(table, Mapping) and key in table)):
+            where = f"[{section}] {key}" if key else f"[{section}]"
+            raise ConfigError(f"{where} has moved to [{place}]")
+    unknown = sorted(set(document) - {*sections, *FREE_TABLES})
+    if unknown:
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted({*sections, *FREE_TABLES}))})")
+    for section, keys in sections.items():
+        _no_unknown_keys(_table(document, section), section, keys)
+    declared_names = {plugin.name for plugin in plugins}
+    for name in _table(document, "plugins"):
+        if name not in declared_names:
+            known = ", ".join(sorted(declared_names)) or "none"
+            raise ConfigError(f"[plugins.{name}]: no loaded plugin declares settings named "
+                              f"{name!r} (plugins with settings: {known})")
+
+
+def _plugin_values(document: Mapping[str, Any], env: Mapping[str, str],
+                   plugins: Sequence[PluginSettings]) -> dict[str, Any]:
+    """Each plugin's settings, read like the core's from ``[plugins.NAME]`` and the
+    environment."""
+    tables = _table(document, "plugins")
+    values = {}
+    for plugin in plugins:
+        if plugin.name in values:
+            raise ConfigError(f"two plugins declare settings named {plugin.name!r}")
+        try:
+            items = declared(plugin.schema, plugin.name)
+        except TypeError as exc:  # a plugin's declaration the gateway cannot read
+            raise PluginError(f"plugin settings {plugin.name!r}: {exc}") from None
+        section = f"plugins.{plugin.name}"
+        table = tables.get(plugin.name, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"[{section}] must be a table, got {table!r}")
+        _no_unknown_keys(table, section, [item.key for item in items if item.section == section])
+        values[plugin.name] = read_group(plugin.schema, items, {section: table}, env,
+                                         f"[{section}]")
+    return values
+
+
+def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None,
+                  plugins: Sequence[PluginSettings] = ()) -> Settings:
+    """Build Settings from defaults, then ``path`` (TOML), then ``env`` (defaults to
+    os.environ); ``plugins``: the settings the loaded plugins declare
+    (:func:`gateway.plugins.declared_settings`), read into ``Settings.plugins``."""
+    env = os.environ if env is None else env
+    document = _read_toml(path) if path is not None else {}
+    try:
+        _check_document(document, plugins)
+        plans = _plans(_table(document, "plans"))
+        prices = _prices(_table(document, "prices"))
+    except ConfigError as exc:  # about the file's contents: say which file
+        raise ConfigError(f"config file {path}: {exc.message}") from None
+    values = read_values(OPTIONS, document, env)
+    values["plans"] = plans
+    values["prices"] = prices
+    values["plugins"] = _plugin_values(document, env, plugins)
+    if not values.get("llm_provider"):
+        openai = values["plugins"].get("openai")
+        uses_openai = getattr(openai, "base_url", "") or env.get("OPENAI_API_KEY")
+        values["llm_provider"] = "openai" if uses_openai else "offline"
+    settings = Settings(**values)
+    if settings.keep_recent >= settings.summarize_at:
+        raise ConfigError(f"KEEP_RECENT ({settings.keep_recent}) must be smaller than "
+                          f"SUMMARIZE_AT ({settings.summarize_at})")
+    if settings.default_plan not in settings.plans:
+        raise ConfigError(f"CLOUDYBOT_DEFAULT_PLAN names no plan: {settings.default_plan!r}")
+    return settings

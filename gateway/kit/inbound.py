@@ -1,0 +1,395 @@
+"""The channel kit: what every channel shares between "a message arrived" and "reply stored".
+
+A channel turns a platform event into an :class:`InboundMessage` and awaits
+``gateway.receive(message)``, which commits it to the durable inbox (or recognises a
+redelivery) and returns: only then does the channel acknowledge its platform. Then, per
+conversation and in arrival order:
+
+1. the sender is mapped to an account (created on the default plan when auto-provisioning);
+2. a command (``/new``, ``/remember`` ...) runs, or the message becomes a chat turn;
+3. the answer is committed to the outbox in the same transaction that marks the message
+   answered, and :mod:`gateway.outbox` delivers it — delivery never re-runs the agent.
+
+After a crash, the next start answers every message the inbox holds unanswered, in arrival
+order, before taking new ones. A command is run again if the crash fell between the command
+and its answer's commit (every command is safe to repeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.accounts.secrets import SecretBox
+from gateway.base import validation
+from gateway.base.errors import (
+    BadRequest,
+    EmptyReply,
+    GatewayError,
+    PayloadTooLarge,
+    PaymentRequired,
+    ProviderError,
+    RateLimited,
+)
+from gateway.base.text import split_text
+from gateway.billing.credits import RateLimiter, period_of
+from gateway.commands import Command
+from gateway.interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image, TextSink
+from gateway.kit.queues import ConversationQueues, KitHost
+from gateway.kit.streaming import PREVIEW_INTERVAL_SECONDS, Preview
+from gateway.store import ChannelMessage, Delivery, InboxEntry, ThreadRef, User
+
+if TYPE_CHECKING:
+    from gateway.kit.outbox import Outbox
+    from gateway.turn.agent import TurnResult
+
+__all__ = [
+    "Attachment",
+    "Command",
+    "DeliveryFailed",
+    "DeliveryRetry",
+    "InboundMessage",
+    "Inbox",
+    "split_text",
+]
+
+log = logging.getLogger(__name__)
+
+TYPING_INTERVAL_SECONDS = 4.0
+# A reply that comes this fast needs no "typing…" (a platform call as costly as the reply).
+TYPING_DELAY_SECONDS = 1.0
+SEALED_AS = "inbox"  # the associated data of sealed inbox payloads
+FETCH_TIMEOUT_SECONDS = 30.0  # one attachment's download
+
+NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts only. "
+                   "Ask its operator to create an account for you.")
+OUT_OF_CREDITS = "You have no AI credits left. Ask the operator for more, or wait for next month."
+PROVIDER_APOLOGY = ("Sorry, I could not reach the language model just now, so I could not "
+                    "answer. Nothing was charged; please try again in a moment.")
+EMPTY_REPLY = ("The model answered with nothing at all, so I have nothing to show. Nothing was "
+               "charged; ask again, perhaps in other words.")
+TOO_LONG = "Sorry, that message is too long for me to handle. Could you shorten it?"
+SOMETHING_BROKE = "Sorry, something went wrong on my side. Please try again in a moment."
+BAD_SENDER = "Sorry, I cannot take messages from this sender id."
+SLOW_DOWN = ("You are sending messages faster than your plan allows. "
+             "Please wait {seconds} s and send that again.")
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message from a channel, mapped to the gateway's identities.
+
+    :param channel: the channel's name (``telegram``).
+    :param conversation: the session key (``telegram:42``, ``slack:T1:C1:1700.1``).
+    :param sender: the sender's account id (``telegram:777``).
+    :param message_id: unique within the channel; a redelivery carries the same id.
+    :param text: what the sender wrote (empty for a command without argument).
+    :param address: where the reply goes, as JSON-serialisable data; the gateway hands it
+        back to ``channel.send(address, text)`` and ``channel.typing(address)``, also after
+        a restart.
+    :param command: set when the message is a command rather than a chat turn.
+    :param notice: set to answer with this text instead of a turn (an unsupported message).
+    :param only_known: handle it only if the conversation already exists (a thread reply
+        that does not address the bot).
+    :param max_chars: the platform's longest message; longer replies are split.
+    :param attachments: files that came with it (pictures), fetched through the channel for
+        the model when ``CLOUDYBOT_LLM_VISION=true``; ``text`` should name them, for the
+        transcript (``[photo: cat.jpg] look``).
+    """
+
+    channel: str
+    conversation: str
+    sender: str
+    message_id: str
+    text: str
+    address: Mapping[str, Any] = field(default_factory=dict)
+    command: Command | None = None
+    notice: str | None = None
+    only_known: bool = False
+    max_chars: int = 4000
+    attachments: tuple[Attachment, ...] = ()
+
+
+@asynccontextmanager
+async def typing_indicator(show: Callable[[], Awaitable[None]] | None,
+                           delay: float = TYPING_DELAY_SECONDS) -> AsyncIterator[None]:
+    """Call ``show`` every few seconds while the body runs, from ``delay`` seconds on (best
+    effort)."""
+    if show is None:
+        yield
+        return
+
+    async def keep_typing(show: Callable[[], Awaitable[None]]) -> None:
+        await asyncio.sleep(delay)
+        while True:
+            try:
+                await show()
+            except Exception as exc:  # a failed typing action never affects the turn
+                log.debug("typing action failed: %s", exc)
+            await asyncio.sleep(TYPING_INTERVAL_SECONDS)
+
+    task = asyncio.get_running_loop().create_task(keep_typing(show))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class InboxHost(KitHost, Protocol):
+    """What the inbox uses of the gateway, and nothing more."""
+
+    outbox: Outbox
+
+    @property
+    def secret_box(self) -> SecretBox:
+        """Encryption of the inbox's payloads."""
+
+    async def chat(self, user_id: str, ref: ThreadRef, message: str,
+                   specialist: str | None = None, inbound: ChannelMessage | None = None,
+                   on_text: TextSink | None = None,
+                   images: Sequence[Image] = ()) -> TurnResult:
+        """Run one turn on the thread."""
+
+    async def run_command(self, command: Command, user: User, ref: ThreadRef) -> str:
+        """Run a chat command; return its answer."""
+
+
+class Inbox:
+    """Takes channel messages durably and sees each through to a stored answer."""
+
+    def __init__(self, gateway: InboxHost) -> None:
+        self.gateway = gateway
+        self.queues: ConversationQueues[InboundMessage] = ConversationQueues(
+            self._handle, gateway.spawn, key=lambda m: m.conversation, what="inbound message")
+        # How a message over its plan's rate waits (cut short when the gateway stops); tests
+        # swap in one that moves their clock.
+        self.wait_for_rate: Callable[[float], Awaitable[None]] = gateway.pause
+        self.typing_delay_seconds = TYPING_DELAY_SECONDS
+        self.preview_interval_seconds = PREVIEW_INTERVAL_SECONDS
+
+    # --- intake -------------------------------------------------------------------------
+    async def receive(self, message: InboundMessage) -> bool:
+        """Commit the message to the inbox and queue it; False for a redelivery (nothing
+        done). Once this returns, the message survives a crash."""
+        if await self.gateway.store.inbox_add(self._entry(message)) is None:
+            log.info("%s message %s arrived again; already taken", message.channel,
+                     message.message_id)
+            return False
+        self.queues.submit(message)
+        return True
+
+    async def recover(self) -> int:
+        """Queue every message a previous run (or, with several processes, one that died) took
+        but did not answer, in arrival order; return how many."""
+        pending = await self.gateway.store.inbox_pending()
+        for entry in pending:
+            message = self._restore(entry)
+            if message is None:
+                log.error("%s message %s in the inbox cannot be read (was the secret key "
+                          "changed?); dropped", entry.channel, entry.message_id)
+                await self.gateway.store.drop_inbox(entry.channel, entry.message_id)
+                continue
+            self.queues.submit(message)
+        if pending:
+            log.info("inbox: %d message(s) left unanswered by a stopped run to answer",
+                     len(pending))
+        return len(pending)
+
+    def _entry(self, message: InboundMessage) -> InboxEntry:
+        return InboxEntry(message.channel, message.message_id, message.conversation,
+                          json.dumps(dict(message.address)), message.max_chars,
+                          self._seal(message))
+
+    def _seal(self, message: InboundMessage) -> bytes:
+        """The message's words and options, encrypted: they are not redacted yet."""
+        command = message.command
+        payload = {"sender": message.sender, "text": message.text,
+                   "command": [command.name, command.argument] if command else None,
+                   "notice": message.notice, "only_known": message.only_known,
+                   "attachments": [[a.kind, a.name, dict(a.ref)] for a in message.attachments]}
+        return self.gateway.secret_box.seal({"message": json.dumps(payload)}, SEALED_AS)
+
+    def _restore(self, entry: InboxEntry) -> InboundMessage | None:
+        document = self.gateway.secret_box.open(entry.payload or b"", SEALED_AS)
+        if document is None:
+            return None
+        payload = json.loads(document["message"])
+        command = payload["command"]
+        return InboundMessage(
+            channel=entry.channel, conversation=entry.conversation, sender=payload["sender"],
+            message_id=entry.message_id, text=payload["text"],
+            address=json.loads(entry.address),
+            command=Command(command[0], command[1]) if command else None,
+            notice=payload["notice"], only_known=payload["only_known"],
+            max_chars=entry.max_chars,
+            attachments=tuple(Attachment(kind, name, ref)
+                              for kind, name, ref in payload.get("attachments", ())))
+
+    # --- answering ------------------------------------------------------------------------
+    async def _handle(self, message: InboundMessage) -> None:
+        preview = self._preview(message)
+        try:
+            text = await self._answer(message, preview)
+        finally:
+            handle = await preview.close() if preview is not None else None
+        if text is not None:
+            gw = self.gateway
+            now = gw.clock()
+            # The stored reply goes out through the outbox; the preview's handle rides along
+            # in memory only (after a crash the reply is sent anew, the preview stays).
+            address = {**message.address, "preview": handle} if handle is not None \
+                else message.address
+            gw.outbox.submit(Delivery(
+                id=0, channel=message.channel, message_id=message.message_id,
+                conversation=message.conversation, address=json.dumps(dict(address)),
+                text=text, max_chars=message.max_chars, state="pending", chunks_sent=0,
+                attempts=0, next_attempt=now, created=now, last_error=None))
+
+    def _preview(self, message: InboundMessage) -> Preview | None:
+        """A preview of the reply as it is written, for channels that can show one."""
+        channel = self.gateway.channels.get(message.channel)
+        if channel is None or message.command is not None or message.notice is not None \
+                or not self.gateway.settings.channel_streaming \
+                or type(channel).stream is Channel.stream:
+            return None
+        return Preview(channel, message.address, self.preview_interval_seconds)
+
+    async def _images(self, message: InboundMessage) -> list[Image]:
+        """The message's pictures, downloaded through its channel for a vision model; one that
+        cannot be had is left out (the text already names it)."""
+        gw = self.gateway
+        channel = gw.channels.get(message.channel)
+        if not gw.settings.llm_vision or channel is None:
+            return []
+        images = []
+        for attachment in message.attachments:
+            if attachment.kind != "image":
+                continue
+            try:
+                image = await asyncio.wait_for(
+                    channel.fetch(attachment, gw.settings.llm_max_image_bytes),
+                    FETCH_TIMEOUT_SECONDS)
+            except Exception as exc:
+                log.warning("%s: cannot fetch %s (%s: %s)", message.channel, attachment.name,
+                            type(exc).__name__, exc)
+                continue
+            if image is not None:
+                images.append(image)
+        return images
+
+    async def _account(self, sender: str) -> User | None:
+        gw = self.gateway
+        validation.user_id(sender)  # channel ids become account ids, and key dashboard threads
+        if not gw.settings.auto_provision:
+            return await gw.store.get_user(sender)
+        plan = gw.settings.plans[gw.settings.default_plan]
+        user, created = await gw.store.ensure_user(sender, plan.name, plan.credits,
+                                                   plan.browser_minutes, period_of(gw.clock()))
+        if created:
+            log.info("created account %s on plan %s", sender, plan.name)
+        return user
+
+    async def _reply(self, message: InboundMessage, text: str) -> str | None:
+        """Store ``text`` as the message's answer (outbox and inbox in one commit)."""
+        answered = await self.gateway.store.answer_inbox(message.channel, message.message_id,
+                                                         text)
+        return text if answered else None
+
+    async def answer_inline(self, message: InboundMessage) -> str | None:
+        """Run a command here and now and return its answer (None for a redelivery): for
+        platforms that take the answer in their acknowledgement (Slack's slash commands). Its
+        id is recorded as answered first: a command runs at most once."""
+        if await self.gateway.store.inbox_add(self._entry(message), answered=True) is None:
+            return None
+        found = await self._identify(message)
+        if isinstance(found, str):
+            return found
+        if message.command is None:
+            raise ValueError("answer_inline runs commands only")
+        return await self.gateway.run_command(message.command, *found)
+
+    async def _identify(self, message: InboundMessage) -> tuple[User, ThreadRef] | str:
+        """The sender's account and the conversation's thread (owned by whoever started it),
+        or the refusal to send when the sender cannot be served."""
+        gw = self.gateway
+        try:
+            user = await self._account(message.sender)
+        except BadRequest:
+            log.warning("%s sender id %r is not a valid account id; refused", message.channel,
+                        message.sender)
+            return BAD_SENDER
+        if user is None:
+            return NOT_PROVISIONED
+        thread = await gw.store.get_thread(message.conversation)
+        owner = thread.ref.user_id if thread is not None else user.user_id
+        return user, ThreadRef(owner, message.conversation, message.conversation,
+                               message.channel)
+
+    async def _answer(self, message: InboundMessage,
+                      preview: Preview | None = None) -> str | None:
+        """Answer the message and store the answer; None when there is nothing to send."""
+        gw = self.gateway
+        if message.only_known and await gw.store.get_thread(message.conversation) is None:
+            await gw.store.drop_inbox(message.channel, message.message_id)
+            return None
+        found = await self._identify(message)
+        if isinstance(found, str):
+            return await self._reply(message, found)
+        user, ref = found
+        if message.notice is not None:
+            return await self._reply(message, message.notice)
+        if message.command is not None:
+            return await self._reply(message,
+                                     await gw.run_command(message.command, user, ref))
+        return await self._chat(message, user, ref, preview)
+
+    async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,
+                    preview: Preview | None) -> str | None:
+        gw = self.gateway
+        images = await self._images(message)
+        channel = gw.channels.get(message.channel)
+        show_typing = None
+        if channel is not None and type(channel).typing is not Channel.typing:
+            show_typing = partial(channel.typing, message.address)
+        for attempt in range(2):
+            try:
+                async with typing_indicator(show_typing, self.typing_delay_seconds):
+                    answers = ChannelMessage(message.channel, message.message_id)
+                    result = await gw.chat(user.user_id, ref, message.text, inbound=answers,
+                                           on_text=preview.update if preview else None,
+                                           images=images)
+                return result.reply
+            except RateLimited as exc:
+                if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:
+                    # A channel message is not refused for speed: it waits (its conversation
+                    # waits behind it, in order) until the plan's window has room.
+                    await self.wait_for_rate(exc.retry_after)
+                    if gw.stopping.is_set():
+                        return None  # stays in the inbox for the next start
+                    continue
+                text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
+            except PaymentRequired:
+                text = OUT_OF_CREDITS
+            except EmptyReply:
+                text = EMPTY_REPLY
+            except ProviderError as exc:
+                log.warning("turn of %s failed at the provider: %s", ref.session_key,
+                            exc.message)
+                text = PROVIDER_APOLOGY
+            except PayloadTooLarge:
+                text = TOO_LONG
+            except GatewayError as exc:
+                text = f"Sorry, I could not handle that: {exc.message}"
+            except Exception:
+                log.exception("turn of %s failed", ref.session_key)
+                text = SOMETHING_BROKE
+            break
+        return await self._reply(message, text)

@@ -1,0 +1,142 @@
+"""The plugin manager: built-in and third-party plugins both load through entry points."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from gateway import hookspecs
+from gateway.base.errors import PluginError, one_line
+from gateway.config.options import PluginSettings, declared, masked
+from gateway.plugins import hooks
+
+if TYPE_CHECKING:
+    from gateway.gateway import Gateway
+
+log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = hookspecs.PROJECT
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A loaded plugin, as ``cloudybot plugins`` lists it."""
+
+    name: str
+    module: str
+    distribution: str
+    hooks: tuple[str, ...]
+    channels: tuple[tuple[str, bool], ...] = ()  # (name, enabled) of each channel it offers
+    settings: tuple[str, ...] = ()  # "[plugins.NAME] key = value  VARIABLE", secrets masked
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, remembering which distribution each entry-point plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.distributions: dict[str, str] = {}
+        # Entry points that could not be registered: why, in one line (a gateway refuses to
+        # start with any; ``cloudybot plugins`` lists them).
+        self.load_failures: dict[str, str] = {}
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        """pluggy's options for a hook implementation; a wrapper is refused here, at
+        registration: the gateway calls every implementation itself (to await async ones,
+        see :mod:`gateway.hooks`), so a wrapper could never wrap anything."""
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None and (opts.get("wrapper") or opts.get("hookwrapper")):
+            owner = getattr(plugin, "__name__", type(plugin).__name__)
+            raise PluginError(f"{owner}.{name} is a hook wrapper; cloudybot calls every "
+                              "implementation itself and cannot run wrappers: implement the "
+                              "hook plainly (tryfirst/trylast set the order)")
+        return opts
+
+
+def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
+    """A plugin manager with the hook specs, and (by default) every installed plugin loaded.
+
+    A broken entry point is logged, skipped and recorded in ``load_failures``: listing the
+    plugins still works, and a gateway refuses to start (:meth:`Gateway.load_plugins`).
+    """
+    pm = PluginManager()
+    if load_entry_points:
+        load_entry_point_plugins(pm)
+    return pm
+
+
+def load_entry_point_plugins(pm: PluginManager) -> list[str]:
+    """Register every plugin of the ``cloudybot`` entry-point group; return the names skipped."""
+    skipped = []
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if pm.get_plugin(entry_point.name) is not None or pm.is_blocked(entry_point.name):
+            continue
+        try:
+            plugin = entry_point.load()
+            pm.register(plugin, name=entry_point.name)
+        except Exception as exc:
+            log.exception("plugin %r (%s) failed to load; skipped", entry_point.name,
+                          entry_point.value)
+            skipped.append(entry_point.name)
+            pm.load_failures[entry_point.name] = one_line(exc)
+            continue
+        try:
+            pm.check_pending()  # a misspelled hook name fails here, for this plugin only
+        except pluggy.PluginValidationError as exc:
+            pm.unregister(plugin)
+            log.exception("plugin %r (%s) implements an unknown hook; skipped",
+                          entry_point.name, entry_point.value)
+            skipped.append(entry_point.name)
+            pm.load_failures[entry_point.name] = one_line(exc)
+            continue
+        if entry_point.dist is not None:
+            pm.distributions[entry_point.name] = (
+                f"{entry_point.dist.name} {entry_point.dist.version}")
+    return skipped
+
+
+async def describe_plugins(gateway: Gateway) -> list[PluginInfo]:
+    """The gateway's plugins, sorted by name: the hooks each implements, its channels (built,
+    not started: no I/O) and its settings as configured."""
+    pm = gateway.pm
+    channels = dict(await hooks.collect_by_plugin(pm.hook.register_channels, gateway=gateway))
+    groups = dict(hooks.gather_now(pm.hook.plugin_settings))
+    infos = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        group = groups.get(name)
+        infos.append(PluginInfo(
+            name=name,
+            module=getattr(plugin, "__name__", type(plugin).__name__),
+            distribution=pm.distributions.get(name, "(registered in code)"),
+            hooks=tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])),
+            channels=tuple((channel.name, channel.enabled) for channel in channels.get(name, [])),
+            settings=_settings_lines(group, gateway.settings.plugins)
+            if isinstance(group, PluginSettings) else (),
+        ))
+    return sorted(infos, key=lambda info: info.name)
+
+
+def _settings_lines(group: PluginSettings, values: Mapping[str, Any]) -> tuple[str, ...]:
+    current = values.get(group.name)
+    if current is None:  # settings loaded without this plugin's: its defaults hold
+        current = group.schema()
+    return tuple(f"[{item.section}] {item.key} = {masked(item, getattr(current, item.attr))}"
+                 f"  ({item.variable})" for item in declared(group.schema, group.name))
+
+
+def declared_settings(pm: PluginManager) -> list[PluginSettings]:
+    """The settings every loaded plugin declares (the ``plugin_settings`` hook)."""
+    groups = []
+    for plugin, group in hooks.gather_now(pm.hook.plugin_settings):
+        if not isinstance(group, PluginSettings):
+            raise PluginError(f"plugin {plugin!r}: plugin_settings() returned "
+                              f"{type(group).__name__}, not a PluginSettings")
+        groups.append(group)
+    return groups

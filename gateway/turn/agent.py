@@ -1,0 +1,595 @@
+"""One chat turn, and the summarization it may trigger: :class:`Agent`.
+
+rotate the session if due → load (one store call) → assemble the prompt → provider call, and
+tool rounds while the model asks for tools → commit (one transaction) → append the session
+events → answer → summarize if ``messages`` reached SUMMARIZE_AT. The caller holds the thread's
+turn lock for all of it, summarization included.
+
+SQLite is written before the session file: a crash between the two loses only the turn's tool
+state (as a rotation would), never a reply the session file knows and SQLite does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.accounts.access import Accounts
+from gateway.accounts.secrets import SecretBox, open_credentials, redact, redact_chat_message
+from gateway.base.errors import (
+    EmptyReply,
+    GatewayError,
+    NotFound,
+    PaymentRequired,
+    ProviderError,
+    Unavailable,
+)
+from gateway.base.metrics import Metrics
+from gateway.base.tokens import TokenCounter
+from gateway.billing.credits import (
+    CreditsBusy,
+    TurnBill,
+    UsageBounds,
+    charge_for,
+    shown,
+    worst_case,
+)
+from gateway.billing.quotas import Admission, Quotas
+from gateway.config.settings import Settings
+from gateway.interfaces import Completion, CompletionRequest, Image, Provider, TextSink, TurnContext
+from gateway.memory.sessions import Rotation, Sessions, ToolExchange
+from gateway.memory.summaries import accept_summary, fold_point, summary_request
+from gateway.plugins.hooks import PluginHooks
+from gateway.store import (
+    ChannelMessage,
+    NewMessage,
+    Store,
+    StoredMessage,
+    SummaryCommit,
+    ThreadRef,
+    TurnCommit,
+    TurnState,
+    TurnWritten,
+    User,
+)
+from gateway.store.records import REPLY_SLOT, USER_MESSAGE_SLOT
+from gateway.tools import Toolbox, ToolCall, ToolContext
+from gateway.turn.prompt import Credential, Prompt, PromptInputs, assemble
+from gateway.webhooks import events as webhook_events
+
+log = logging.getLogger(__name__)
+# What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's
+# high-detail price of a large image (a 2048 x 2048 picture is 1,105 tokens).
+IMAGE_TOKENS = 1105
+# The most characters one character of a password takes in any encoding redaction covers
+# (``\uXXXX``); a streamed preview holds back this many per character of the longest password.
+ESCAPED_CHAR_WIDTH = 6
+OUT_OF_CREDITS_MIDWAY = ("I ran out of AI credits while working with tools, so I stopped "
+                         "before finishing. Ask the operator for more credits.")
+CREDITS_HELD_MIDWAY = ("I stopped before finishing: your other requests in progress hold the "
+                       "rest of your AI credits. Ask again in a moment.")
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a channel gets back from a turn."""
+
+    reply: str
+    prompt_tokens: int
+    completion_tokens: int
+    credits: int
+    summarized: bool
+    session_rotated: bool
+
+
+@dataclass(frozen=True)
+class PendingSummary:
+    """A summarization the turn triggered; it runs after the answer, under the same lock, so
+    the thread is exactly as the turn left it: what it needs is carried here, not re-read."""
+
+    ref: ThreadRef
+    billed_user: str
+    secrets: tuple[str, ...]
+    summary: str
+    version: int
+    messages: list[StoredMessage]
+    credits: int  # the billed user's balance after the turn
+    low_credits: int | None = None  # the billed user's credits.low threshold
+
+
+@dataclass
+class _AgentRun:
+    """The provider calls of one turn: the final text, the tool exchange, the usage."""
+
+    text: str = ""
+    exchange: list[dict[str, Any]] = field(default_factory=list)
+    exchange_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def record(self, messages: list[dict[str, Any]], secrets: tuple[str, ...],
+               count: Callable[[dict[str, Any]], int]) -> None:
+        """Keep a tool round for the session file, counted once: what is stored and replayed
+        never holds a saved password, not even in a call's arguments."""
+        stored = [redact_chat_message(message, secrets) for message in messages]
+        self.exchange += stored
+        self.exchange_tokens += sum(count(message) for message in stored)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """Runs chat turns and the summarizations they make due, with exactly what they use (the
+    gateway builds it when it starts). The caller holds the thread's turn lock."""
+
+    settings: Settings
+    store: Store
+    provider: Provider
+    counter: TokenCounter
+    sessions: Sessions
+    secret_box: SecretBox
+    toolbox: Toolbox
+    hooks: PluginHooks
+    accounts: Accounts
+    quotas: Quotas
+    metrics: Metrics
+
+    # --- the turn -------------------------------------------------------------------------
+    async def run_turn(self, user_id: str, ref: ThreadRef, message: str,
+                       specialist: str | None, inbound: ChannelMessage | None = None,
+                       on_text: TextSink | None = None, images: Sequence[Image] = (),
+                       ) -> tuple[TurnResult, PendingSummary | None]:
+        """Run one turn; return its result and any summarization due. ``on_text`` receives
+        the reply as it is written (see :meth:`_run_agent`); ``images`` go to the model with
+        the message, never into memory or the transcript."""
+        async with self.quotas.admit(user_id) as admission:  # before the balance is read
+            state = await self.store.load_turn(ref, user_id, specialist, admission.claim)
+            user = await self.accounts.current_user(state.user)
+            if specialist is not None and state.specialist_instructions is None:
+                raise NotFound(f"no specialist named {specialist!r}",
+                               code="specialist_not_found")
+            plan = self.settings.plans.get(user.plan)
+            # 429 past the rate limit or if other turns hold the rest; 402 if spent
+            await admission.check(user, plan.requests_per_minute if plan else 0, state.claimed)
+            return await self._answer(user_id, ref, message, specialist, inbound, state,
+                                      user.credits, admission, on_text, images)
+
+    async def _answer(self, user_id: str, ref: ThreadRef, message: str,
+                      specialist: str | None, inbound: ChannelMessage | None,
+                      state: TurnState, balance: int, admission: Admission,
+                      on_text: TextSink | None = None, images: Sequence[Image] = (),
+                      ) -> tuple[TurnResult, PendingSummary | None]:
+        """The turn after admission: session, prompt, agent and commit, session file,
+        observers, and the summarization it makes due."""
+        rotation, new_session = await self._begin_session(ref, state)
+        credentials = open_credentials(self.secret_box, user_id, state.credentials)
+        secrets = tuple(credential.password for credential in credentials)
+        # Plugins see the message as it is stored: a password the user typed stays hidden.
+        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel,
+                           redact(message, secrets), specialist)
+        prompt = await self._prompt(turn, state, message, credentials, new_session, images)
+        bill = TurnBill(self.settings, admission, balance)
+        run = _AgentRun()
+        reply, written, new_messages, in_commit = await self._run_and_commit(
+            turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation,
+            self._low_credits(state.user))
+        spent = bill.settle()
+        self.metrics.charged(bill.charges)
+        if not in_commit:
+            await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
+        await self.hooks.turn_completed(turn, reply)
+        pending = self._summary_due(ref, secrets, state, written, new_messages,
+                                    credits=balance - spent)
+        result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
+                            summarized=pending is not None, session_rotated=new_session)
+        return result, pending
+
+    def _low_credits(self, user: User) -> int | None:
+        """The balance under which the user's credits are low (``credits.low``)."""
+        plan = self.settings.plans.get(user.plan)
+        return webhook_events.low_credits_threshold(plan.credits) if plan else None
+
+    async def _begin_session(self, ref: ThreadRef,
+                             state: TurnState) -> tuple[Rotation | None, bool]:
+        """Rotate the session if due; return the rotation and whether this turn starts a new
+        session (see :func:`_starts_session`)."""
+        rotation, active = await self.sessions.begin_turn(ref.session_key, state)
+        return rotation, _starts_session(rotation is not None, active, state)
+
+    async def next_prompt(self, ref: ThreadRef, user_id: str,
+                          specialist: str | None = None) -> tuple[Prompt, tuple[str, ...]]:
+        """The prompt the next turn of ``ref`` would send before its new message (empty
+        here), and the saved passwords it holds: assembled by the very code a turn uses,
+        plugin sections included, while changing nothing (no rotation, no charge)."""
+        state = await self.store.load_turn(ref, user_id, specialist)
+        if specialist is not None and state.specialist_instructions is None:
+            raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
+        due, active = self.sessions.peek(ref.session_key, state)
+        credentials = open_credentials(self.secret_box, user_id, state.credentials)
+        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, "", specialist)
+        prompt = await self._prompt(turn, state, "", credentials,
+                                    _starts_session(due is not None, active, state), ())
+        return prompt, tuple(credential.password for credential in credentials)
+
+    async def _prompt(self, turn: TurnContext, state: TurnState, message: str,
+                      credentials: list[Credential], new_session: bool,
+                      images: Sequence[Image]) -> Prompt:
+        """The turn's prompt: the plugins' sections, then assembly under MAX_CONTEXT (the
+        pictures counted too)."""
+        settings = self.settings
+        specialist = turn.specialist
+        return assemble(
+            PromptInputs(
+                instructions=settings.system_prompt,
+                model=settings.llm_model,
+                pinned=state.pinned,
+                specialist=(specialist, state.specialist_instructions)
+                if specialist and state.specialist_instructions else None,
+                summary=state.thread.summary if state.thread else "",
+                credentials=credentials,
+                session_rotated=new_session,
+                sections=await self.hooks.prompt_sections(turn),
+                recent=state.messages,
+                user_message=message,
+                user_tokens=self.counter.count(message) + IMAGE_TOKENS * len(images),
+                user_images=tuple(image.data_url() for image in images),
+                # a new session replays nothing: the tool state went with the old one
+                exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id, state)
+                if state.messages and not new_session else {},
+                reserved_tokens=self.toolbox.schema_tokens,
+                vault=settings.browser_vault,
+            ),
+            self.counter,
+            settings.max_context,
+        )
+
+    async def _run_and_commit(self, turn: TurnContext, ref: ThreadRef,
+                              inbound: ChannelMessage | None, prompt: Prompt,
+                              secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
+                              on_text: TextSink | None, rotation: Rotation | None,
+                              low_credits: int | None,
+                              ) -> tuple[str, TurnWritten, list[NewMessage], bool]:
+        """The agent's calls, then the turn in one transaction: the reply, the ids written,
+        the two messages written, and whether the session's lines went with them (sessions
+        kept in the store). On any failure nothing of the turn is stored, but the calls that
+        did answer (a chat call before a failed tool round) are still charged. The commit
+        carries the turn's webhook events (the reply; the rotation it began with) and, under
+        ``low_credits``, ``credits.low``."""
+        try:
+            await self._run_agent(turn, prompt, secrets, bill, run, on_text)
+            reply = redact(run.text, secrets).strip()
+            if not reply:
+                bill.refund_last()  # an empty answer is a failed call: not charged
+                raise EmptyReply("the model returned an empty answer")
+            new_messages = [
+                NewMessage("user", turn.message, self.counter.count(turn.message)),
+                NewMessage("assistant", reply, self.counter.count(reply))]
+            session = self.sessions.with_commit(
+                ref.user_id, ref.thread_id, ref.session_key,
+                lambda: _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT],
+                                        run, bill, rotation))
+            events = [webhook_events.message_created(ref, reply, bill.charges)]
+            if rotation is not None:
+                events.insert(0, webhook_events.session_rotated(ref, rotation.reason,
+                                                                rotation.name))
+            written = await self.store.commit_turn(TurnCommit(
+                ref=ref, billed_user=turn.user_id, messages=new_messages,
+                charges=bill.charges, inbound=inbound, hold=bill.hold, session=session,
+                events=tuple(events), low_credits=low_credits))
+        except BaseException:
+            if bill.charges:
+                await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
+                                                bill.hold)
+                bill.settle()
+                self.metrics.charged(bill.charges)
+            raise
+        return reply, written, new_messages, session is not None
+
+    async def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
+                        written: TurnWritten, run: _AgentRun, bill: TurnBill,
+                        rotation: Rotation | None) -> None:
+        """The turn's events at the end of its session file (tool exchange kept for
+        replay)."""
+        reply_id = written.message_ids[-1]
+        exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
+            if run.exchange else None
+        try:
+            await self.sessions.write_turn(ref.session_key, ref.user_id, ref.thread_id,
+                                           _session_events(stored_message, reply,
+                                                           written.message_ids, run, bill,
+                                                           rotation),
+                                           exchange)
+        except (OSError, Unavailable):
+            # The turn is committed; only its tool state is lost, as a rotation would lose it.
+            log.exception("cannot append to the session file of %s", ref.session_key)
+
+    def _summary_due(self, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
+                     written: TurnWritten, new_messages: list[NewMessage],
+                     credits: int) -> PendingSummary | None:
+        """The summarization this turn makes due, if rolling memory (what the turn read plus
+        what it wrote) reached SUMMARIZE_AT. Under the turn lock nobody else adds to this
+        thread: the count needs no query."""
+        if len(state.messages) + len(written.message_ids) < self.settings.summarize_at:
+            return None
+        stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
+                  for message_id, new in zip(written.message_ids, new_messages, strict=True)]
+        thread = state.thread
+        return PendingSummary(ref, state.user.user_id, secrets,
+                              summary=thread.summary if thread else "",
+                              version=thread.summary_version if thread else 0,
+                              messages=[*state.messages, *stored], credits=credits,
+                              low_credits=self._low_credits(state.user))
+
+    # --- the agent loop ----------------------------------------------------------------------
+    async def _run_agent(self, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
+                         bill: TurnBill, run: _AgentRun,
+                         on_text: TextSink | None = None) -> None:
+        """Call the provider; while it asks for tools, run them and call again (bounded).
+
+        With ``on_text``, each call streams: ``on_text`` gets the text of the answer being
+        written so far (redacted), growing; a round that ends in tool calls is followed by a
+        new answer, which starts again from its first piece.
+
+        Each call first reserves its worst case: with nothing left, the first call is a 402 (a
+        429 ``credits_busy`` if other turns only hold what is left) and a later (tool) round
+        ends the turn with a message. When tool results no longer fit under MAX_CONTEXT, the
+        oldest history units go first; only when none is left does the agent stop.
+        """
+        settings = self.settings
+        context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
+        live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
+        live_tokens = 0  # of live_exchange, counted once as each round adds to it
+        for round_number in range(settings.max_tool_rounds + 1):
+            prompt_tokens = prompt.prompt_tokens + live_tokens
+            try:
+                await bill.reserve(prompt_tokens)
+            except (PaymentRequired, CreditsBusy) as refusal:
+                if round_number == 0:
+                    raise
+                run.text = OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
+                    else CREDITS_HELD_MIDWAY
+                return
+            completion = await self._call_provider(CompletionRequest(
+                prompt.messages + live_exchange, settings.llm_model, settings.llm_max_tokens,
+                tools=self.toolbox.schemas),
+                _growing(on_text, secrets) if on_text is not None else None)
+            used_prompt, used_completion = self._usage(completion, prompt_tokens,
+                                                       settings.llm_max_tokens)
+            run.prompt_tokens += used_prompt
+            run.completion_tokens += used_completion
+            bill.charge("chat" if round_number == 0 else "tool_round", completion.model,
+                        used_prompt, used_completion)
+            if not completion.tool_calls:
+                run.text = completion.text
+                return
+            if round_number == settings.max_tool_rounds:
+                break
+            added = await self._tool_round(completion, context, secrets)
+            live_exchange += added
+            live_tokens += sum(self.counter.chat_message(m) for m in added)
+            run.record(added, secrets, self.counter.chat_message)
+            while prompt.prompt_tokens + live_tokens > settings.max_context:
+                if not prompt.drop_oldest():
+                    run.text = ("I had to stop: the tool results no longer fit in my context "
+                                "window. Ask again with a narrower request.")
+                    return
+        run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
+                    "reaching an answer. Ask again, perhaps more specifically.")
+
+    async def _tool_round(self, completion: Completion, context: ToolContext,
+                          secrets: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Run the tool calls of ``completion``: the model's call message and the results, as
+        chat messages for the next call (results redacted: a tool may echo a saved
+        password)."""
+        call_message: dict[str, Any] = {
+            "role": "assistant", "content": completion.text or None,
+            "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
+        timeout = self.settings.tool_timeout_seconds
+        results = [{"role": "tool", "tool_call_id": call.id,
+                    "content": redact(await self.toolbox.run(call, context, timeout), secrets)}
+                   for call in completion.tool_calls]
+        return [call_message, *results]
+
+    async def _call_provider(self, request: CompletionRequest,
+                             on_text: TextSink | None = None) -> Completion:
+        """One provider call, streamed into ``on_text`` when given. Whatever a provider
+        plugin returns is checked: anything but text and well-formed tool calls is a 502 now,
+        not a crash later in the turn."""
+        provider = self.provider.name
+        started = time.perf_counter()
+        try:
+            completion = await (self.provider.complete(request) if on_text is None
+                                else self.provider.stream(request, on_text))
+        except GatewayError as exc:
+            self.metrics.provider_errors.labels(provider, str(exc.status)).inc()
+            raise
+        finally:
+            self.metrics.provider_seconds.labels(provider).observe(time.perf_counter() - started)
+        if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
+                or not isinstance(completion.tool_calls, tuple) \
+                or not all(_well_formed(call) for call in completion.tool_calls):
+            raise ProviderError(f"provider {self.provider.name!r} returned no completion")
+        return completion
+
+    def _usage(self, completion: Completion, counted_prompt: int,
+               max_tokens: int) -> tuple[int, int]:
+        """Prompt and completion tokens to bill for one call: the reported usage within its
+        bounds, else our own count.
+
+        A reported count is believed only as a non-negative integer within its
+        :class:`UsageBounds` (of ``counted_prompt``, our tiktoken count of what was sent, and
+        ``max_tokens``). Otherwise (with a warning), or when it is not reported, our own count
+        is billed: ``counted_prompt``, or the answer counted with tiktoken but never above the
+        bound, so that a call never costs more than the reservation made for it.
+        """
+        bounds = UsageBounds.of(counted_prompt, max_tokens)
+        prompt = self._believed("prompt", completion.prompt_tokens, bounds.prompt)
+        done = self._believed("completion", completion.completion_tokens, bounds.completion)
+        if prompt is None:
+            prompt = counted_prompt
+        if done is None:
+            count = self.counter.count
+            done = min(bounds.completion, count(completion.text) + sum(
+                count(call.name) + count(call.arguments) for call in completion.tool_calls))
+        return prompt, done
+
+    def _believed(self, name: str, reported: object, limit: int) -> int | None:
+        """A reported token count if it is an integer in ``0..limit``; else None, with a
+        warning."""
+        if reported is None:
+            return None
+        if type(reported) is int and 0 <= reported <= limit:
+            return reported
+        log.warning("provider %r reported %s tokens = %s, not a count within 0..%d; billing "
+                    "the gateway's own count", self.provider.name, name, shown(reported), limit)
+        return None
+
+    # --- summarization -------------------------------------------------------------------------
+    async def summarize(self, pending: PendingSummary) -> bool:
+        """Fold older messages into the summary; on any failure change nothing. True if
+        applied.
+
+        Like a turn's calls, the summarization call reserves its worst case first, so that
+        turns of the same user in flight on other threads count it.
+        """
+        settings = self.settings
+        folded = self._to_fold(pending)
+        if not folded:
+            return False
+        request = summary_request(pending.summary, folded, settings.llm_model)
+        counted = self.counter.messages(request.messages)
+        async with self.quotas.admit(pending.billed_user) as admission:
+            try:
+                await admission.reserve_alone(worst_case(settings, counted, request.max_tokens))
+            except (PaymentRequired, CreditsBusy):
+                log.info("summarization of %s postponed: the credits are spent or held by "
+                         "turns in flight", pending.ref.session_key)
+                self.metrics.summarizations.labels("postponed").inc()
+                return False
+            answered = await self._summary_from_provider(pending, request)
+            if answered is None:
+                return False
+            summary, completion = answered
+            prompt_tokens, completion_tokens = self._usage(completion, counted,
+                                                           request.max_tokens)
+            charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
+                                completion_tokens)
+            applied = await self.store.commit_summary(SummaryCommit(
+                session_key=pending.ref.session_key,
+                billed_user=pending.billed_user,
+                expected_version=pending.version,
+                summary=summary,
+                summary_tokens=self.counter.count(summary),
+                folded_through_id=folded[-1].id,
+                charge=charge,
+                hold=admission.hold,
+                events=(webhook_events.thread_summarized(pending.ref, summary, len(folded)),),
+                low_credits=pending.low_credits,
+            ))
+            admission.settle(charge.credits if applied else 0)  # a discarded one is free
+        self.metrics.summarizations.labels("applied" if applied else "discarded").inc()
+        if applied:
+            self.metrics.charged([charge])
+        if applied:
+            self.sessions.forget_exchanges_before(pending.ref.session_key, folded[-1].id + 1)
+        else:
+            log.info("summarization of %s discarded: the thread changed meanwhile",
+                     pending.ref.session_key)
+        return applied
+
+    def _to_fold(self, pending: PendingSummary) -> list[StoredMessage]:
+        """The oldest messages to fold into the summary (all but KEEP_RECENT, at a turn's
+        boundary); none when there are too few, or no credits to pay for it."""
+        messages = pending.messages
+        cut = fold_point(messages, self.settings.keep_recent)
+        if len(messages) < self.settings.summarize_at or cut == 0:
+            return []
+        if pending.credits <= 0:
+            log.info("summarization of %s postponed: no credits", pending.ref.session_key)
+            return []
+        return messages[:cut]
+
+    async def _summary_from_provider(self, pending: PendingSummary, request: CompletionRequest,
+                                     ) -> tuple[str, Completion] | None:
+        """The new summary (redacted, checked usable) and the call that wrote it; None,
+        logged, when the call failed or wrote nothing usable (a later turn tries again)."""
+        try:
+            completion = await self._call_provider(request)
+        except ProviderError as exc:
+            log.warning("summarization of %s failed (%s); will retry on a later turn",
+                        pending.ref.session_key, exc.message)
+            return None
+        summary = accept_summary(redact(completion.text, pending.secrets))
+        if summary is None:
+            log.warning("summarization of %s returned nothing usable; will retry on a later "
+                        "turn", pending.ref.session_key)
+            return None
+        return summary, completion
+
+
+def _starts_session(rotates: bool, active: bool, state: TurnState) -> bool:
+    """Whether a turn starts a new session: its session rotates, or the conversation has
+    history but no session file (rotated earlier: ``cloudybot sessions rotate``,
+    rotate_session_if_needed)."""
+    return rotates or (not active and state.thread is not None
+                       and bool(state.messages or state.thread.summary))
+
+
+def _well_formed(call: object) -> bool:
+    return isinstance(call, ToolCall) and all(
+        isinstance(part, str) for part in (call.id, call.name, call.arguments, call.malformed))
+
+
+def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
+    """A sink for one call's pieces that hands ``on_text`` the whole text so far, redacted.
+
+    With saved passwords, the newest characters are held back (as many as the longest
+    password's longest encoding): a password still arriving piece by piece is not whole yet,
+    so it could not be redacted. The stored reply, redacted whole, replaces the preview.
+    """
+    written = ""
+    held = max((len(secret) for secret in secrets), default=0) * ESCAPED_CHAR_WIDTH
+
+    async def add(piece: str) -> None:
+        nonlocal written
+        written += piece
+        if not secrets:
+            await on_text(written)
+            return
+        shown = redact(written, secrets)
+        await on_text(shown[:max(0, len(shown) - held)])
+    return add
+
+
+def _session_events(stored_message: str, reply: str, message_ids: list[int],
+                    run: _AgentRun, bill: TurnBill,
+                    rotation: Rotation | None) -> list[dict[str, Any]]:
+    """The turn as session events: user message, tool calls and results, reply, usage."""
+    user_id, reply_id = message_ids
+    events: list[dict[str, Any]] = []
+    if rotation is not None:
+        events.append({"type": "rotation", "reason": rotation.reason,
+                       "previous": rotation.name})
+    events.append({"type": "user", "content": stored_message, "messageId": user_id})
+    round_number = 0
+    for message in run.exchange:
+        if message["role"] == "assistant":
+            round_number += 1
+            events.append({"type": "tool_calls", "replyId": reply_id, "round": round_number,
+                           "content": message["content"],
+                           "calls": [{"id": c["id"], "name": c["function"]["name"],
+                                      "arguments": c["function"]["arguments"]}
+                                     for c in message["tool_calls"]]})
+        else:
+            events.append({"type": "tool_result", "replyId": reply_id, "round": round_number,
+                           "toolCallId": message["tool_call_id"], "content": message["content"]})
+    reply_event: dict[str, Any] = {"type": "assistant", "content": reply, "messageId": reply_id}
+    if run.exchange:
+        reply_event["toolTokens"] = run.exchange_tokens  # so a replay never counts them again
+    events.append(reply_event)
+    events.append({"type": "usage", "promptTokens": run.prompt_tokens,
+                   "completionTokens": run.completion_tokens,
+                   "credits": bill.spent, "calls": len(bill.charges)})
+    return events
