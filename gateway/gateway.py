@@ -20,13 +20,15 @@ from gateway.base.locks import KeyedLocks, Leadership, Lease
 from gateway.base.logs import turn_context
 from gateway.base.metrics import Metrics
 from gateway.base.tokens import TokenCounter
-from gateway.billing.quotas import LocalQuotas, Quotas
+from gateway.billing import quotas_for
+from gateway.billing.quotas import Quotas
 from gateway.commands import ChatCommand, Command, index_commands, run_command
 from gateway.config.settings import Settings
 from gateway.interfaces import Channel, Image, Provider, TextSink
 from gateway.kit.inbound import InboundMessage, Inbox
 from gateway.kit.outbox import Outbox
-from gateway.memory.sessions import Rotation, Sessions, SessionStore
+from gateway.memory import sessions_for
+from gateway.memory.sessions import Rotation, Sessions
 from gateway.plugins import hooks
 from gateway.plugins.hooks import PluginHooks
 from gateway.plugins.manager import PluginManager, make_plugin_manager
@@ -100,7 +102,7 @@ class Gateway:
         self._periodic: list[asyncio.Task[None]] = []  # the purge; the takeover (shared stores)
         self.accepting = False
         # Rate limits and credit holds: in this process's memory unless the store shares them.
-        self.quotas: Quotas = self.store.shared_quotas(settings) or LocalQuotas(self.store, clock)
+        self.quotas: Quotas = quotas_for(self.store, settings, clock)
         self._providers: dict[str, Provider] | None = None
         self._running: _Running | None = None
         self.channels: dict[str, Channel] = {}
@@ -183,12 +185,8 @@ class Gateway:
         provider = self._providers[wanted]
         counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
         secret_box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
-        sessions = self.store.shared_sessions(
-            settings, counter.chat_message, self.clock, self._session_rotated) \
-            or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
-                            max_bytes=settings.session_max_file_bytes,
-                            count_message=counter.chat_message, clock=self.clock,
-                            observer=self._session_rotated)
+        sessions = sessions_for(self.store, settings, counter.chat_message, self.clock,
+                                self._session_rotated)
         agent = Agent(settings=settings, store=self.store, provider=provider, counter=counter,
                       sessions=sessions, secret_box=secret_box,
                       toolbox=Toolbox.of(self.tools, counter.count), hooks=self.hooks,

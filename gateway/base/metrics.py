@@ -8,17 +8,29 @@ of the durable inbox and outbox are read from the store when ``GET /metrics`` is
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from gateway.store import Charge
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # From a fraction of a millisecond (a chat command, a cached answer) to a minute (the provider's
 # timeout): a gateway's turns and provider calls fall in between.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0, 10.0, 30.0, 60.0)
+
+
+class Billed(Protocol):
+    """What metrics read of a charge (a :class:`gateway.store.Charge`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def credits(self) -> int: ...
 
 
 class Metrics:
@@ -60,7 +72,7 @@ class Metrics:
         self.event_streams = Gauge("cloudybot_event_streams_open",
                                    "Server-Sent Event streams open (/chat, /v1)", registry=r)
 
-    def charged(self, charges: Iterable[Charge]) -> None:
+    def charged(self, charges: Iterable[Billed]) -> None:
         """Tokens and credits of calls just billed."""
         for charge in charges:
             if charge.prompt_tokens:

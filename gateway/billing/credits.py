@@ -9,15 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from gateway.base.errors import PaymentRequired, RateLimited
 from gateway.base.times import iso, month_of
 from gateway.config.settings import Settings
 from gateway.store import Charge
-
-if TYPE_CHECKING:
-    from gateway.billing.quotas import Admission as QuotaAdmission
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
@@ -153,51 +149,6 @@ class Admission:
         self._account.reserved -= self._held
         self._held = 0
 
-
-class TurnBill:
-    """One turn's billing from first call to end: before each provider call a hold for its
-    worst case (:meth:`reserve`), after it the charge of what it used (:meth:`charge`), and at
-    the end the charges settled (:meth:`settle`), also when the turn fails after a call
-    answered."""
-
-    def __init__(self, settings: Settings, admission: QuotaAdmission, balance: int) -> None:
-        self._settings = settings
-        self._admission = admission
-        self.balance = balance  # the billed account's balance when the turn began
-        self.charges: list[Charge] = []
-
-    @property
-    def spent(self) -> int:
-        """Credits charged so far."""
-        return sum(charge.credits for charge in self.charges)
-
-    @property
-    def hold(self) -> str | None:
-        """The turn's credit hold in the store, released by the commit that carries it."""
-        return self._admission.hold
-
-    async def reserve(self, prompt_tokens: int) -> None:
-        """Before a chat call whose prompt counts ``prompt_tokens``: hold its worst case
-        (:func:`worst_case`); 402 when the balance is spent, 429 ``credits_busy`` when other
-        turns in flight hold what is left."""
-        estimate = worst_case(self._settings, prompt_tokens, self._settings.llm_max_tokens)
-        await self._admission.reserve(self.balance, estimate, spent=self.spent)
-
-    def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Charge a call that answered, at the configured model's price."""
-        self.charges.append(charge_for(self._settings, kind, model, prompt_tokens,
-                                       completion_tokens))
-
-    def refund_last(self) -> None:
-        """The last call's answer could not be used (it was empty): it is not charged."""
-        self.charges.pop()
-
-    def settle(self) -> int:
-        """The charges were committed (with the hold's release): the turn costs what was
-        charged, which this returns."""
-        spent = self.spent
-        self._admission.settle(spent)
-        return spent
 
 
 class CreditGuard:

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.billing.credits import Admission as GuardAdmission
-from gateway.billing.credits import CreditGuard, RateLimiter, worst_case
+from gateway.billing.credits import CreditGuard, RateLimiter, charge_for, worst_case
 from gateway.config.settings import Settings
 from gateway.store import Store
-from gateway.store.records import Claim, Claimed, User
+from gateway.store.records import Charge, Claim, Claimed, User
 
 # A hold of a process that died is forgotten after this long (each reservation renews it).
 HOLD_SECONDS = 300.0
@@ -128,3 +128,48 @@ def new_claim(settings: Settings, now: float) -> Claim:
                  now=now, expires=now + HOLD_SECONDS,
                  rate_limits={name: plan.requests_per_minute
                               for name, plan in settings.plans.items()})
+
+class TurnBill:
+    """One turn's billing from first call to end: before each provider call a hold for its
+    worst case (:meth:`reserve`), after it the charge of what it used (:meth:`charge`), and at
+    the end the charges settled (:meth:`settle`), also when the turn fails after a call
+    answered."""
+
+    def __init__(self, settings: Settings, admission: Admission, balance: int) -> None:
+        self._settings = settings
+        self._admission = admission
+        self.balance = balance  # the billed account's balance when the turn began
+        self.charges: list[Charge] = []
+
+    @property
+    def spent(self) -> int:
+        """Credits charged so far."""
+        return sum(charge.credits for charge in self.charges)
+
+    @property
+    def hold(self) -> str | None:
+        """The turn's credit hold in the store, released by the commit that carries it."""
+        return self._admission.hold
+
+    async def reserve(self, prompt_tokens: int) -> None:
+        """Before a chat call whose prompt counts ``prompt_tokens``: hold its worst case
+        (:func:`worst_case`); 402 when the balance is spent, 429 ``credits_busy`` when other
+        turns in flight hold what is left."""
+        estimate = worst_case(self._settings, prompt_tokens, self._settings.llm_max_tokens)
+        await self._admission.reserve(self.balance, estimate, spent=self.spent)
+
+    def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Charge a call that answered, at the configured model's price."""
+        self.charges.append(charge_for(self._settings, kind, model, prompt_tokens,
+                                       completion_tokens))
+
+    def refund_last(self) -> None:
+        """The last call's answer could not be used (it was empty): it is not charged."""
+        self.charges.pop()
+
+    def settle(self) -> int:
+        """The charges were committed (with the hold's release): the turn costs what was
+        charged, which this returns."""
+        spent = self.spent
+        self._admission.settle(spent)
+        return spent

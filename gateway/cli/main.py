@@ -32,7 +32,8 @@ from gateway.cli.progress import Tick, progress_bar
 from gateway.cli.scaffold import write_plugin
 from gateway.config.settings import Settings, load_settings
 from gateway.gateway import Gateway
-from gateway.memory.sessions import Sessions, SessionStore, parse_events, unobserved
+from gateway.memory import sessions_for
+from gateway.memory.sessions import Sessions, parse_events
 from gateway.plugins.manager import (
     PluginManager,
     declared_settings,
@@ -323,10 +324,7 @@ def _sessions_of(gw: Gateway) -> Sessions:
     """The deployment's sessions: in its PostgreSQL database, or files in its data dir."""
     settings = gw.settings
     counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
-    return gw.store.shared_sessions(settings, counter.chat_message, gw.clock, unobserved) \
-        or SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
-                        max_bytes=settings.session_max_file_bytes,
-                        count_message=counter.chat_message)
+    return sessions_for(gw.store, settings, counter.chat_message, gw.clock)
 
 
 def cmd_sessions_list(args: argparse.Namespace) -> int:

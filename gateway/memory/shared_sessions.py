@@ -35,17 +35,6 @@ from gateway.store.records import SessionState, SessionWrite, TurnState
 if TYPE_CHECKING:
     from gateway.store.postgres import Connection, PostgresStore
 
-# The active session's size, last write and replay window (lines of the replies from the
-# oldest message in rolling memory on), for Store.load_turn: $2 is the session key.
-SESSION_STATE = """
-(SELECT json_build_array(s.bytes, s.last_write, ARRAY(
-   SELECT l.line FROM session_lines l
-   WHERE l.session = s.id AND l.reply_id >= (
-     SELECT min(m.id) FROM messages m JOIN threads t ON t.id = m.thread
-     WHERE t.session_key = $2)
-   ORDER BY l.n))
- FROM sessions s WHERE s.key = $2 AND s.archived IS NULL)"""
-
 _APPEND = """
 WITH s AS (
   INSERT INTO sessions AS cur (key, user_id, thread_id, bytes, last_write)

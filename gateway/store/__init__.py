@@ -8,7 +8,7 @@ The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded bac
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from gateway.base.locks import Leadership, SharedLock
 from gateway.store.records import (
@@ -41,11 +41,6 @@ from gateway.store.records import (
     WebhookEvent,
     WebSession,
 )
-
-if TYPE_CHECKING:
-    from gateway.billing.quotas import Quotas
-    from gateway.config.settings import Settings
-    from gateway.memory.sessions import RotationObserver, Sessions
 
 
 class Store(Protocol):
@@ -317,16 +312,6 @@ class Store(Protocol):
     async def lock_thread(self, session_key: str) -> SharedLock | None:
         """Hold the thread's turn lock where other processes see it (None: this store has
         no other processes to tell, as SQLite)."""
-
-    def shared_quotas(self, settings: Settings) -> Quotas | None:
-        """Rate limits and credit holds kept where every process of this store sees them;
-        None when one process is all there is (the gateway keeps them in memory)."""
-
-    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
-                        clock: Callable[[], float], observer: RotationObserver,
-                        ) -> Sessions | None:
-        """Agent sessions kept where every process sees them (and read with each turn's
-        state); None: they are files in ``settings.sessions_dir``."""
 
     async def try_lead(self, role: str) -> Leadership | None:
         """Become the one process playing ``role`` (long polling a platform, say), if no

@@ -22,10 +22,6 @@ import asyncpg
 from gateway.base import jsonio
 from gateway.base.errors import BadRequest, Conflict, NotFound, Unavailable
 from gateway.base.times import epoch_of, iso_utc
-from gateway.billing.shared_quotas import SharedQuotas
-from gateway.config.settings import Settings
-from gateway.memory.sessions import RotationObserver
-from gateway.memory.shared_sessions import SESSION_STATE, PostgresSessions
 from gateway.store.columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.store.postgres_webhooks import (
@@ -175,6 +171,17 @@ async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: 
 
 # What a turn reads, as one statement: the account, the thread, its rolling messages and
 # pinned keys, the specialist's instructions and the saved logins.
+# The active session's size, last write and replay window (lines of the replies from the
+# oldest message in rolling memory on), for Store.load_turn: $2 is the session key.
+SESSION_STATE = """
+(SELECT json_build_array(s.bytes, s.last_write, ARRAY(
+   SELECT l.line FROM session_lines l
+   WHERE l.session = s.id AND l.reply_id >= (
+     SELECT min(m.id) FROM messages m JOIN threads t ON t.id = m.thread
+     WHERE t.session_key = $2)
+   ORDER BY l.n))
+ FROM sessions s WHERE s.key = $2 AND s.archived IS NULL)"""
+
 _LOAD_TURN = f"""
 SELECT
   (SELECT row_to_json(u) FROM (SELECT {USER_COLUMNS} FROM users WHERE user_id = $1) u)
@@ -1181,18 +1188,6 @@ class PostgresStore(PostgresWebhooks):
                 raise Unavailable(f"the database connection was lost: {exc}") from None
             raise
         return _AdvisoryLock(self._locks, conn)
-
-    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
-                        clock: Callable[[], float], observer: RotationObserver,
-                        ) -> PostgresSessions:
-        """Agent sessions in this database, read with each turn's state."""
-        return PostgresSessions(self, idle_minutes=settings.session_idle_minutes,
-                                max_bytes=settings.session_max_file_bytes,
-                                count_message=count_message, clock=clock, observer=observer)
-
-    def shared_quotas(self, settings: Settings) -> SharedQuotas:
-        """Rate limits and credit holds on the account rows, seen by every process."""
-        return SharedQuotas(self, settings, self.clock)
 
     async def hold_credits(self, user_id: str, claim: Claim, spent: int) -> Claimed:
         """Apply ``claim`` (its hold of ``claim.credits``, of which ``spent`` is charged already,

@@ -23,7 +23,6 @@ from gateway.base.errors import BadRequest, Conflict, NotFound
 from gateway.base.files import private_dir, private_file
 from gateway.base.locks import Alone
 from gateway.base.times import epoch_of, iso_utc
-from gateway.config.settings import Settings
 from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
@@ -1189,15 +1188,6 @@ class SQLiteStore:
 
     async def lock_thread(self, session_key: str) -> None:
         """One process uses a SQLite database: its in-process turn lock is the whole lock."""
-        return None
-
-    def shared_quotas(self, settings: Settings) -> None:
-        """One process uses a SQLite database: its quotas live in the gateway's memory."""
-        return None
-
-    def shared_sessions(self, settings: Settings, count_message: Callable[[Any], int],
-                        clock: Callable[[], float], observer: Any) -> None:
-        """One process: sessions are files (the gateway makes its SessionStore)."""
         return None
 
     async def try_lead(self, role: str) -> Alone:

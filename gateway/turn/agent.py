@@ -31,13 +31,12 @@ from gateway.base.metrics import Metrics
 from gateway.base.tokens import TokenCounter
 from gateway.billing.credits import (
     CreditsBusy,
-    TurnBill,
     UsageBounds,
     charge_for,
     shown,
     worst_case,
 )
-from gateway.billing.quotas import Admission, Quotas
+from gateway.billing.quotas import Admission, Quotas, TurnBill
 from gateway.config.settings import Settings
 from gateway.interfaces import Completion, CompletionRequest, Image, Provider, TextSink, TurnContext
 from gateway.memory.sessions import Rotation, Sessions, ToolExchange
