@@ -80,7 +80,7 @@ async def in_process(quick: bool, tmp: Path) -> dict[str, Any]:
 
         tool = gateway.tools["browser"]
         await gateway.accounts.add_user("bench", plan="team")
-        pool = pool_of(gateway)
+        pool = pool_of(gateway.host_for("browser"))
         assert pool is not None
 
         def context(n: int) -> ToolContext:

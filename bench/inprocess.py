@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway import Completion, CompletionRequest, Gateway, Provider, hookimpl
+from gateway import Completion, CompletionRequest, PluginHost, Provider, hookimpl
 
 REPLY = "Noted. " * 20
 
@@ -19,6 +19,6 @@ class InProcessProvider(Provider):
 
 
 @hookimpl
-def register_providers(gateway: Gateway) -> list[Provider]:
+def register_providers(host: PluginHost) -> list[Provider]:
     """Register the in-process provider."""
     return [InProcessProvider()]

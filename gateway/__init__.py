@@ -1,10 +1,13 @@
 """CloudyBot gateway: one memory and prompt core for every chat channel.
 
-Everything a plugin needs is importable from here: ``hookimpl``; the interfaces it implements
-or receives (channels, providers, tools, commands, prompt sections); the channel kit's
-messages and delivery outcomes; the errors that become JSON errors (each has its HTTP status
-and ``code``); the means to declare settings (``PluginSettings``, ``setting`` and the parsers
-in ``options``); and a few helpers channels share. ``gateway.testing`` is the pytest kit.
+Everything a plugin needs is importable from here, and a plugin imports nothing else of the
+gateway (a test holds the built-in plugins to it): ``hookimpl``; :class:`PluginHost`, what
+every hook that acts on the gateway receives; the interfaces a plugin implements or receives
+(channels, providers, tools, commands, prompt sections) and every hook argument's type; the
+channel kit's messages and delivery outcomes; the errors that become JSON errors (each has its
+HTTP status and ``code``); the means to declare settings (``PluginSettings``, ``setting`` and
+the parsers in ``options``); and the helpers the built-in plugins share (redaction, the lean
+HTTP client, public-address checks). ``gateway.testing`` is the pytest kit.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ try:
 except PackageNotFoundError:  # run from a checkout that is not installed
     __version__ = "0+unknown"
 
+from gateway.accounts.secrets import redact
+from gateway.base import jsonio
 from gateway.base.errors import (
     BadRequest,
     ConfigError,
@@ -34,13 +39,15 @@ from gateway.base.errors import (
     Unavailable,
 )
 from gateway.base.locks import Leadership
-from gateway.base.logs import redact_in_logs
+from gateway.base.logs import redact_in_logs, shown
 from gateway.base.text import split_text
-from gateway.commands import ChatCommand, Command, CommandContext, slash_command
+from gateway.base.validation import site as valid_site
+from gateway.commands import ChatCommand, Command, CommandContext, help_text, slash_command
 from gateway.config import options
 from gateway.config.options import PluginSettings, setting
 from gateway.gateway import Gateway
 from gateway.hookspecs import hookimpl
+from gateway.host import OutboundMessage, PinnedMemory, PluginHost, PluginMetrics
 from gateway.interfaces import (
     Attachment,
     Channel,
@@ -54,51 +61,87 @@ from gateway.interfaces import (
     TurnContext,
 )
 from gateway.kit.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
-from gateway.store import ThreadRef
-from gateway.tools import Tool, ToolCall, ToolContext
+from gateway.memory.sessions import Rotation
+from gateway.net.destinations import (
+    DestinationRefused,
+    Resolver,
+    system_resolver,
+    web_url,
+)
+from gateway.net.destinations import addresses as public_addresses
+from gateway.net.http_client import HTTPClient, HTTPClientError, Response
+from gateway.store import Delivery, ThreadRef, User
+from gateway.tools import Credential, Tool, ToolCall, ToolContext
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (grouped by purpose)
+    # hooks and the host
+    "PluginHost",
+    "PinnedMemory",
+    "PluginMetrics",
+    "OutboundMessage",
+    "hookimpl",
+    # what plugins implement or receive (every hook argument's type)
     "Attachment",
-    "BadRequest",
     "Channel",
     "ChatCommand",
     "Command",
     "CommandContext",
     "Completion",
     "CompletionRequest",
-    "ConfigError",
-    "Conflict",
+    "Credential",
+    "Delivery",
     "DeliveryFailed",
     "DeliveryRetry",
-    "Forbidden",
-    "Gateway",
-    "GatewayError",
     "Image",
     "InboundMessage",
     "Leadership",
-    "NotFound",
-    "PayloadTooLarge",
-    "PaymentRequired",
-    "PluginError",
-    "PluginSettings",
     "PromptSection",
     "Provider",
-    "ProviderError",
-    "ProviderTimeout",
-    "RateLimited",
     "ReservedChannel",
+    "Rotation",
     "TextSink",
     "ThreadRef",
     "Tool",
     "ToolCall",
     "ToolContext",
     "TurnContext",
+    "User",
+    # settings
+    "PluginSettings",
+    "options",
+    "setting",
+    # errors (each an HTTP status and a code)
+    "BadRequest",
+    "ConfigError",
+    "Conflict",
+    "Forbidden",
+    "GatewayError",
+    "NotFound",
+    "PayloadTooLarge",
+    "PaymentRequired",
+    "PluginError",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
     "Unauthorized",
     "Unavailable",
-    "hookimpl",
-    "options",
+    # helpers the built-in plugins share
+    "DestinationRefused",
+    "HTTPClient",
+    "HTTPClientError",
+    "Resolver",
+    "Response",
+    "help_text",
+    "jsonio",
+    "public_addresses",
+    "redact",
     "redact_in_logs",
-    "setting",
+    "shown",
     "slash_command",
     "split_text",
+    "system_resolver",
+    "valid_site",
+    "web_url",
+    # the gateway itself (to embed or test it; plugins get a PluginHost)
+    "Gateway",
 ]

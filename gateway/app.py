@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.api import api_routes
 from gateway.api.cors import add_cors
 from gateway.api.keys import gateway_key
 from gateway.api.middleware import (
@@ -52,6 +53,7 @@ async def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", get_metrics)
     add_openapi(app)
+    app.router.add_routes(api_routes())  # /chat, /api/*, /v1/*, sign-in
     for channel in gateway.channels.values():
         app.router.add_routes(channel.routes())
     app.cleanup_ctx.append(_gateway_lifecycle)

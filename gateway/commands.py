@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gateway.base.errors import PluginError
 
 if TYPE_CHECKING:
-    from gateway.gateway import Gateway
+    from gateway.host import PinnedMemory, PluginHost
     from gateway.store import ThreadRef, User
 
 # Telegram's rule for a bot command, which every channel can then spell.
@@ -38,13 +38,23 @@ class Command:
 
 @dataclass(frozen=True)
 class CommandContext:
-    """What a command runs against: the gateway, the sender's account, the conversation's
-    thread (owned by whoever started it) and what followed the command's name."""
+    """What a command runs against and may do.
 
-    gateway: Gateway
+    :param host: the host of the plugin that registered the command.
+    :param user: the sender's account (as it was when the message was taken).
+    :param ref: the conversation's thread (owned by whoever started it).
+    :param argument: what followed the command's name, stripped.
+    :param memory: the conversation's pinned facts.
+    :param start_over: empties the conversation's rolling memory and ends its session (pinned
+        facts and the display transcript stay); nothing happens where nobody talked yet.
+    """
+
+    host: PluginHost
     user: User
     ref: ThreadRef
     argument: str
+    memory: PinnedMemory
+    start_over: Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -103,11 +113,11 @@ def slash_command(text: str, commands: Mapping[str, ChatCommand]) -> Command | N
     return Command(match.group(1).lower(), (match.group(2) or "").strip())
 
 
-async def run_command(gateway: Gateway, command: Command, user: User, ref: ThreadRef) -> str:
-    """Run ``command`` for ``user`` in the conversation ``ref``; return the answer text (the
-    help, after a line saying so, for a name nobody registered)."""
-    name = command.name.lower() or "help"
-    found = gateway.commands.get(name)
+async def run_command(commands: Mapping[str, ChatCommand], command: Command,
+                      context_for: Callable[[ChatCommand, str], CommandContext]) -> str:
+    """Run ``command`` with the context ``context_for(found, argument)`` makes for it; return
+    the answer text (the help, after a line saying so, for a name nobody registered)."""
+    found = commands.get(command.name.lower() or "help")
     if found is None:
-        return f"Unknown command {command.name!r}.\n\n{help_text(gateway.commands)}"
-    return await found.run(CommandContext(gateway, user, ref, command.argument.strip()))
+        return f"Unknown command {command.name!r}.\n\n{help_text(commands)}"
+    return await found.run(context_for(found, command.argument.strip()))

@@ -7,13 +7,16 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from gateway.accounts.access import Accounts
 from gateway.accounts.retention import Retention
-from gateway.accounts.secrets import SecretBox, load_or_create_key
+from gateway.accounts.secrets import SecretBox, load_or_create_key, refuse_saved_passwords
 from gateway.base import validation
 from gateway.base.errors import ConfigError, GatewayError, NotFound, PluginError, Unavailable
 from gateway.base.locks import KeyedLocks, Leadership, Lease
@@ -22,20 +25,31 @@ from gateway.base.metrics import Metrics
 from gateway.base.tokens import TokenCounter
 from gateway.billing import quotas_for
 from gateway.billing.quotas import Quotas
-from gateway.commands import ChatCommand, Command, index_commands, run_command
+from gateway.commands import ChatCommand, Command, CommandContext, index_commands, run_command
 from gateway.config.settings import Settings
-from gateway.interfaces import Channel, Image, Provider, TextSink
+from gateway.interfaces import Channel, Provider
+from gateway.kit.host import Host
 from gateway.kit.inbound import InboundMessage, Inbox
 from gateway.kit.outbox import Outbox
 from gateway.memory import sessions_for
+from gateway.memory.pinned import ThreadPins
 from gateway.memory.sessions import Rotation, Sessions
 from gateway.plugins import hooks
-from gateway.plugins.hooks import PluginHooks
+from gateway.plugins.hooks import PerPlugin, PluginHooks
 from gateway.plugins.manager import PluginManager, make_plugin_manager
-from gateway.store import ChannelMessage, Store, StoredMessage, Thread, ThreadPage, ThreadRef, User
+from gateway.store import (
+    InboxEntry,
+    Store,
+    StoredMessage,
+    Thread,
+    ThreadPage,
+    ThreadRef,
+    User,
+)
 from gateway.store.backends import store_for
 from gateway.tools import Tool, Toolbox
 from gateway.turn.agent import Agent, PendingSummary, TurnResult
+from gateway.turn.request import Turn
 from gateway.webhooks import events as webhook_events
 from gateway.webhooks.dispatcher import WebhookDispatcher
 
@@ -86,7 +100,10 @@ class Gateway:
         self.pm = pm if pm is not None else make_plugin_manager()
         self.store: Store = store if store is not None else store_for(settings, clock)
         self.accounts = Accounts(settings, self.store, clock)
-        self.hooks = PluginHooks(self.pm, self)
+        self.hooks = PluginHooks(self.pm, self.host_for)
+        self._hosts: dict[str, Host] = {}
+        self._channel_owners: dict[str, str] = {}  # channel name: the plugin that registered it
+        self._command_owners: dict[str, str] = {}  # command name: the plugin that registered it
         self.locks = KeyedLocks(self.store.lock_thread)
         self._background: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(self)
@@ -121,24 +138,30 @@ class Gateway:
             return
         for name, error in self.pm.load_failures.items():
             raise PluginError(f"plugin {name!r} failed to load: {error}")
+        host = PerPlugin(self.host_for)
         providers: dict[str, Provider] = {}
         for provider in await hooks.collect(self.pm.hook.register_providers, strict=True,
-                                            gateway=self):
+                                            host=host):
             if provider.name in providers:
                 raise PluginError(f"two providers are named {provider.name!r}")
             providers[provider.name] = provider
-        for channel in await hooks.collect(self.pm.hook.register_channels, strict=True,
-                                           gateway=self):
-            if channel.name in self.channels:
-                raise PluginError(f"two channels are named {channel.name!r}")
-            self.channels[channel.name] = channel
-        for tool in await hooks.collect(self.pm.hook.register_tools, strict=True,
-                                        gateway=self):
+        for plugin, channels in await hooks.collect_by_plugin(
+                self.pm.hook.register_channels, strict=True, host=host):
+            for channel in channels:
+                if channel.name in self.channels:
+                    raise PluginError(f"two channels are named {channel.name!r}")
+                self.channels[channel.name] = channel
+                self._channel_owners[channel.name] = plugin
+        for tool in await hooks.collect(self.pm.hook.register_tools, strict=True, host=host):
             if tool.name in self.tools:
                 raise PluginError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
-        self.commands = index_commands(
-            await hooks.collect(self.pm.hook.register_commands, strict=True, gateway=self))
+        by_plugin = await hooks.collect_by_plugin(self.pm.hook.register_commands, strict=True,
+                                                  host=host)
+        self.commands = index_commands(command for _, commands in by_plugin
+                                       for command in commands)
+        self._command_owners = {command.name: plugin for plugin, commands in by_plugin
+                                for command in commands}
         self._providers = providers
 
     async def start(self) -> None:
@@ -416,7 +439,62 @@ class Gateway:
 
     async def run_command(self, command: Command, user: User, ref: ThreadRef) -> str:
         """Run a chat command for ``user`` in the conversation ``ref``; return its answer."""
-        return await run_command(self, command, user, ref)
+        def context_for(found: ChatCommand, argument: str) -> CommandContext:
+            return CommandContext(
+                host=self.host_for(self._command_owners.get(found.name, "")), user=user,
+                ref=ref, argument=argument, memory=self.pins(ref, user.user_id),
+                start_over=partial(self._start_over, ref))
+        return await run_command(self.commands, command, context_for)
+
+    async def _start_over(self, ref: ThreadRef) -> None:
+        with contextlib.suppress(NotFound):  # nobody talked there yet: nothing to clear
+            await self.clear_thread(ref)
+
+    async def answer_now(self, message: InboundMessage) -> str | None:
+        """Run a chat command at once and return its answer (None for a redelivery): for
+        platforms that take the answer in their acknowledgement (Slack's slash commands)."""
+        if not self.accepting:
+            raise Unavailable("the gateway is shutting down; deliver this again later")
+        return await self.inbox.answer_inline(message)
+
+    async def queue_message(self, entry: InboxEntry, text: str) -> bool:
+        """Commit a message that answers no inbound one to the outbox and deliver it; False
+        if ``entry``'s id was used already. 503 when it cannot be stored now."""
+        try:
+            queued = await self.store.queue_message(entry, text)
+        except (sqlite3.Error, OSError) as exc:
+            log.error("cannot store a %s message in the outbox: %s", entry.channel, exc)
+            raise Unavailable("the message cannot be stored right now") from None
+        if queued:
+            self.outbox.queue(entry, text)
+        return queued
+
+    # --- plugins ---------------------------------------------------------------------------
+    def host_for(self, plugin: str) -> Host:
+        """The host of ``plugin`` (made once): what that plugin may do with this gateway."""
+        host = self._hosts.get(plugin)
+        if host is None:
+            host = self._hosts[plugin] = Host(plugin, self)
+        return host
+
+    def channel_owner(self, channel: str) -> str | None:
+        """The plugin that registered ``channel`` (None for no loaded channel)."""
+        return self._channel_owners.get(channel)
+
+    def metrics_registry(self) -> CollectorRegistry:
+        """The registry ``GET /metrics`` exports (plugins' counters included)."""
+        return self.metrics.registry
+
+    def pins(self, ref: ThreadRef, user_id: str) -> ThreadPins:
+        """The thread's pinned memory, refusing ``user_id``'s saved passwords in it."""
+        async def refuse_secrets(fields: Mapping[str, str]) -> None:
+            await refuse_saved_passwords(self.store, self.secret_box, user_id, fields)
+        return ThreadPins(self.store, ref, refuse_secrets, self.settings.max_pinned_keys)
+
+    async def account(self, user_id: str) -> User | None:
+        """``user_id``'s account as it is now (a new month's credits applied), or None."""
+        stored = await self.store.get_user(user_id)
+        return await self.accounts.current_user(stored) if stored is not None else None
 
     # --- sessions ----------------------------------------------------------------------------
     async def rotate_session_if_needed(self, user_id: str, thread_id: str) -> bool:
@@ -428,28 +506,30 @@ class Gateway:
 
     # --- chat ------------------------------------------------------------------------------
     async def chat(self, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None = None,
-                   inbound: ChannelMessage | None = None,
-                   on_text: TextSink | None = None,
-                   images: Sequence[Image] = ()) -> TurnResult:
-        """Run one turn on the thread, after any turn already running there.
+                   specialist: str | None = None) -> TurnResult:
+        """Run one plain turn (no streaming, no pictures) for ``user_id`` on the thread: see
+        :meth:`run`."""
+        return await self.run(Turn(user_id, ref, message, specialist))
 
-        ``user_id`` is billed (in a group chat the sender, not the thread's owner);
-        ``inbound`` is the (channel, message id) the turn answers, marked in its commit;
-        ``on_text``, when given, is awaited with the reply written so far as the provider
+    async def run(self, turn: Turn) -> TurnResult:
+        """Run one turn on its thread, after any turn already running there.
+
+        ``turn.user_id`` is billed (in a group chat the sender, not the thread's owner);
+        ``turn.answers`` is the (channel, message id) the turn answers, marked in its commit;
+        ``turn.on_text``, when given, is awaited with the reply written so far as the provider
         streams it (redacted, growing; it starts again after a round of tool calls). Streaming
-        changes nothing that is stored or billed. ``images`` (pictures the user sent) go to
-        the model with the message; only the message's text is stored.
+        changes nothing that is stored or billed. ``turn.images`` (pictures the user sent) go
+        to the model with the message; only the message's text is stored.
         """
-        validation.text(message, "message", self.settings.max_message_chars)
-        if specialist is not None:
-            validation.name(specialist, "specialist")
-        with turn_context(user_id, ref.thread_id, ref.channel):  # on its every log line
+        validation.text(turn.message, "message", self.settings.max_message_chars)
+        if turn.specialist is not None:
+            validation.name(turn.specialist, "specialist")
+        ref = turn.ref
+        with turn_context(turn.user_id, ref.thread_id, ref.channel):  # on its every log line
             started = time.perf_counter()
             lease = await self.locks.acquire(ref.session_key)
             try:
-                result, pending = await self.agent.run_turn(user_id, ref, message, specialist,
-                                                            inbound, on_text, images)
+                result, pending = await self.agent.run_turn(turn)
             except BaseException as exc:
                 await lease.release()
                 if not isinstance(exc, asyncio.CancelledError):  # a stop, not a failure

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -21,12 +21,24 @@ MAX_NAME_CHARS_SHOWN = 80
 
 
 @dataclass(frozen=True)
+class Credential:
+    """A saved browser login, decrypted for one turn only."""
+
+    site: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
 class ToolContext:
-    """Who called a tool and where: handed to every tool run."""
+    """Who called a tool and where: handed to every tool run. ``saved_logins`` holds the
+    user's saved browser logins, decrypted, for a tool that declared it fills them in
+    (``Tool.uses_saved_logins``); every other tool gets none."""
 
     user_id: str
     thread_id: str
     session_key: str
+    saved_logins: tuple[Credential, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -37,12 +49,15 @@ class Tool:
     :param description: what it does, for the model.
     :param parameters: a JSON schema object for the arguments.
     :param run: ``async (arguments, context) -> str`` (a dict result is sent as JSON).
+    :param uses_saved_logins: it fills the user's saved logins in somewhere (the browser):
+        its context then carries them (``ToolContext.saved_logins``); no other tool sees them.
     """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
     run: Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+    uses_saved_logins: bool = False
 
     def schema(self) -> dict[str, Any]:
         """The tool in OpenAI's ``tools`` format."""
@@ -142,6 +157,8 @@ async def run_tool(tools: Mapping[str, Tool], call: ToolCall, context: ToolConte
         return f"error: the arguments cannot be read ({exc})"
     if not isinstance(arguments, dict):
         return "error: the arguments must be a JSON object"
+    if context.saved_logins and not tool.uses_saved_logins:
+        context = replace(context, saved_logins=())
     try:
         result = await asyncio.wait_for(tool.run(arguments, context), timeout)
     except TimeoutError:

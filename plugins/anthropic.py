@@ -23,16 +23,17 @@ from typing import Any
 from gateway import (
     Completion,
     CompletionRequest,
-    Gateway,
+    HTTPClientError,
+    PluginHost,
     PluginSettings,
     Provider,
     ProviderError,
+    Response,
     hookimpl,
+    jsonio,
+    options,
     setting,
 )
-from gateway.base import jsonio
-from gateway.config import options
-from gateway.net.http_client import HTTPClientError, Response
 from plugins.openai import (
     MAX_STREAM_CHARS,
     OpenAIProvider,
@@ -257,8 +258,8 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl
-def register_providers(gateway: Gateway) -> list[Provider]:
+def register_providers(host: PluginHost) -> list[Provider]:
     """Register the Anthropic provider (used when the settings name it)."""
-    settings = gateway.settings.plugin(AnthropicSettings)
+    settings = host.settings.plugin(AnthropicSettings)
     return [AnthropicProvider(settings.base_url, settings.api_key, settings.timeout_seconds,
                               settings.max_retries)]

@@ -5,24 +5,17 @@ Registered through ``register_commands`` like any plugin's (see :mod:`gateway.co
 
 from __future__ import annotations
 
-from contextlib import suppress
-
-from gateway import Gateway, hookimpl
-from gateway.accounts.secrets import refuse_saved_passwords
-from gateway.base.errors import BadRequest, NotFound
-from gateway.base.validation import memory_key, memory_value
-from gateway.commands import ChatCommand, CommandContext, help_text
+from gateway import BadRequest, ChatCommand, CommandContext, PluginHost, help_text, hookimpl
 
 
 async def show_help(context: CommandContext) -> str:
     """Every registered command."""
-    return help_text(context.gateway.commands)
+    return help_text(context.host.commands)
 
 
 async def start_over(context: CommandContext) -> str:
     """A fresh conversation: rolling memory and the session go; pinned facts stay."""
-    with suppress(NotFound):  # nothing to clear yet
-        await context.gateway.clear_thread(context.ref)
+    await context.start_over()
     return "Started a new conversation. Pinned facts are kept; use forget to drop one."
 
 
@@ -32,13 +25,8 @@ async def remember(context: CommandContext) -> str:
     value = value.strip()
     if not key or not value:
         return "Usage: remember KEY VALUE — for example: remember name Ada"
-    gateway = context.gateway
     try:
-        memory_key(key)
-        memory_value(value)
-        await refuse_saved_passwords(gateway.store, gateway.secret_box, context.user.user_id,
-                                     {"key": key, "value": value})
-        await gateway.store.put_pinned(context.ref, key, value, gateway.settings.max_pinned_keys)
+        await context.memory.put(key, value)
     except BadRequest as exc:
         return f"I can't pin that: {exc.message}."
     return f"Pinned {key}."
@@ -49,16 +37,15 @@ async def forget(context: CommandContext) -> str:
     key = context.argument
     if not key:
         return "Usage: forget KEY"
-    store = context.gateway.store
-    if key not in await store.get_pinned(context.ref):
+    if key not in await context.memory.get():
         return f"Nothing is pinned under {key}."
-    await store.delete_pinned(context.ref, key)
+    await context.memory.delete(key)
     return f"Forgot {key}."
 
 
 async def list_memory(context: CommandContext) -> str:
     """The pinned facts of this conversation."""
-    pinned = await context.gateway.store.get_pinned(context.ref)
+    pinned = await context.memory.get()
     if not pinned:
         return "Nothing is pinned in this conversation. Use: remember KEY VALUE"
     return "Pinned facts:\n" + "\n".join(f"• {key}: {value}" for key, value in pinned.items())
@@ -66,9 +53,7 @@ async def list_memory(context: CommandContext) -> str:
 
 async def usage(context: CommandContext) -> str:
     """The sender's plan and what is left of it."""
-    gateway = context.gateway
-    stored = await gateway.store.get_user(context.user.user_id)
-    fresh = await gateway.accounts.current_user(stored or context.user)
+    fresh = await context.host.account(context.user.user_id) or context.user
     return (f"Plan: {fresh.plan}. AI credits left: {fresh.credits}. "
             f"Browser minutes: {fresh.browser_minutes}.")
 
@@ -86,6 +71,6 @@ BUILT_IN = [
 
 
 @hookimpl(tryfirst=True)
-def register_commands(gateway: Gateway) -> list[ChatCommand]:
+def register_commands(host: PluginHost) -> list[ChatCommand]:
     """Register the built-in commands (first: help lists them before plugins' ones)."""
     return list(BUILT_IN)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway import Completion, CompletionRequest, Gateway, Provider, TextSink, hookimpl
+from gateway import Completion, CompletionRequest, PluginHost, Provider, TextSink, hookimpl
 
 MODEL = "offline"
 STREAM_PIECES = 4
@@ -88,6 +88,6 @@ def _text_of(content: Any) -> str:
 
 
 @hookimpl(trylast=True)
-def register_providers(gateway: Gateway) -> list[Provider]:
+def register_providers(host: PluginHost) -> list[Provider]:
     """Register the offline provider."""
     return [OfflineProvider()]

@@ -29,20 +29,22 @@ from typing import Any
 from gateway import (
     Completion,
     CompletionRequest,
-    Gateway,
+    ConfigError,
+    HTTPClient,
+    HTTPClientError,
+    PluginHost,
     PluginSettings,
     Provider,
     ProviderError,
     ProviderTimeout,
+    Response,
+    ToolCall,
     hookimpl,
+    jsonio,
+    options,
     setting,
+    shown,
 )
-from gateway.base import jsonio
-from gateway.base.errors import ConfigError
-from gateway.billing.credits import shown
-from gateway.config import options
-from gateway.net.http_client import HTTPClient, HTTPClientError, Response
-from gateway.tools import ToolCall
 
 log = logging.getLogger(__name__)
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -395,8 +397,8 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl(trylast=True)
-def register_providers(gateway: Gateway) -> list[Provider]:
+def register_providers(host: PluginHost) -> list[Provider]:
     """Register the OpenAI-compatible provider from the gateway's settings."""
-    settings = gateway.settings.plugin(OpenAISettings)
+    settings = host.settings.plugin(OpenAISettings)
     return [OpenAIProvider(settings.base_url or OPENAI_BASE_URL, settings.api_key,
                            settings.timeout_seconds, settings.max_retries)]

@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from gateway import Gateway, hookimpl
-from gateway.tools import Tool, ToolContext
+from gateway import PluginHost, Tool, ToolContext, hookimpl
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 1000
@@ -122,6 +121,6 @@ CURRENT_TIME = Tool(
 
 
 @hookimpl(trylast=True)
-def register_tools(gateway: Gateway) -> list[Tool]:
+def register_tools(host: PluginHost) -> list[Tool]:
     """Register the built-in tools."""
     return [CURRENT_TIME, CALCULATOR]

@@ -38,7 +38,7 @@ def register_tool(pm: PluginManager, name: str,
     """Register a one-tool plugin on ``pm`` (before the gateway starts)."""
     class OneTool:
         @hookimpl
-        def register_tools(self, gateway: Any) -> list[Tool]:
+        def register_tools(self, host: Any) -> list[Tool]:
             return [Tool(name=name, description=f"the {name} test tool",
                          parameters={"type": "object", "properties": {}}, run=run)]
 
@@ -435,7 +435,7 @@ async def test_tool_pairs_stay_whole_across_many_trimmed_turns(
 
     class Sized:
         @hookimpl
-        def register_tools(self, gateway: Any) -> list[Tool]:
+        def register_tools(self, host: Any) -> list[Tool]:
             return [Tool(name="sized", description="returns N words",
                          parameters={"type": "object",
                                      "properties": {"words": {"type": "integer"}}},

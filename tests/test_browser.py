@@ -47,7 +47,7 @@ def tool_results(fake_llm: FakeLLM) -> list[str]:
 
 
 def pool(harness: Harness) -> BrowserPool:
-    found = pool_of(harness.gateway)
+    found = pool_of(harness.gateway.host_for("browser"))
     assert found is not None, "the browser tool is not loaded"
     return found
 
@@ -399,7 +399,7 @@ async def test_without_chromium_the_tool_is_not_offered_and_the_hint_says_why(
     assert "browser" not in json.dumps(request.body.get("tools", []))
     assert ("No web browser is available here: no Chromium at /nonexistent/chromium"
             in request.messages[0]["content"])
-    assert pool_of(harness.gateway) is None
+    assert pool_of(harness.gateway.host_for("browser")) is None
 
 
 async def test_without_playwright_the_tool_is_not_offered_and_the_hint_says_so(

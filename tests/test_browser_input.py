@@ -53,7 +53,7 @@ async def test_without_a_page_no_argument_opens_one_or_costs_a_minute(
     gateway = harness.gateway
     if await gateway.store.get_user("alice") is None:
         await gateway.accounts.add_user("alice")
-    browsers = pool_of(gateway)
+    browsers = pool_of(gateway.host_for("browser"))
     assert browsers is not None
     browsers.proxy.resolve = no_dns  # a host name never reaches this machine's resolver
 
@@ -71,7 +71,7 @@ async def test_on_an_open_page_any_argument_is_answered_and_the_page_still_works
         harness: Harness, website: Website, arguments: dict[str, Any]) -> None:
     gateway = harness.gateway
     tool = gateway.tools["browser"]
-    browsers = pool_of(gateway)
+    browsers = pool_of(gateway.host_for("browser"))
     assert browsers is not None
     if browsers.get(CONTEXT.session_key) is None:
         if await gateway.store.get_user("alice") is None:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway import ChatCommand, CommandContext, Gateway, hookimpl
+from gateway import ChatCommand, CommandContext, PluginHost, hookimpl
 from gateway.base.errors import PluginError
 from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM
@@ -24,13 +24,13 @@ async def weather(context: CommandContext) -> str:
 
 
 async def roll(context: CommandContext) -> str:
-    await context.gateway.store.put_pinned(context.ref, "dice", "6", 100)
+    await context.memory.put("dice", "6")
     return "Rolled a 6 and pinned it."
 
 
 class WeatherPlugin:
     @hookimpl
-    def register_commands(self, gateway: Gateway) -> list[ChatCommand]:
+    def register_commands(self, host: PluginHost) -> list[ChatCommand]:
         return [ChatCommand("weather", "[CITY]", "today's weather", weather,
                             aliases=("wx",)),
                 ChatCommand("roll", "", "roll a die and pin it", roll,
@@ -108,7 +108,7 @@ async def test_a_bad_or_taken_command_name_stops_start_up(
         error: str) -> None:
     class Bad:
         @hookimpl
-        def register_commands(self, gateway: Gateway) -> list[ChatCommand]:
+        def register_commands(self, host: PluginHost) -> list[ChatCommand]:
             return commands
 
     pm.register(Bad(), name="bad-commands")

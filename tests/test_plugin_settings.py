@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway import Channel, Gateway, PluginSettings, hookimpl, setting
+from gateway import Channel, Gateway, PluginHost, PluginSettings, hookimpl, setting
 from gateway.base.errors import ConfigError, PluginError
 from gateway.config import options
 from gateway.config.settings import Settings, load_settings
@@ -40,8 +40,8 @@ class PigeonChannel(Channel):
 
     name = "pigeon"
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.settings = gateway.settings.plugin(PigeonSettings)
+    def __init__(self, host: PluginHost) -> None:
+        self.settings = host.settings.plugin(PigeonSettings)
 
     @property
     def enabled(self) -> bool:
@@ -58,8 +58,8 @@ class PigeonPlugin:
         return PluginSettings("pigeon", PigeonSettings)
 
     @hookimpl
-    def register_channels(self, gateway: Gateway) -> list[Channel]:
-        return [PigeonChannel(gateway)]
+    def register_channels(self, host: PluginHost) -> list[Channel]:
+        return [PigeonChannel(host)]
 
 
 @pytest.fixture

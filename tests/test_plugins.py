@@ -266,7 +266,7 @@ async def test_async_prompt_section_works_the_same(
         start_gateway: StartGateway, pm: PluginManager, fake_llm: FakeLLM) -> None:
     class AsyncWeather:
         @hookimpl
-        async def prompt_sections(self, gateway, turn):
+        async def prompt_sections(self, host, turn):
             return [PromptSection(position="after_pinned", text=f"Hello {turn.user_id}.")]
 
     pm.register(AsyncWeather(), name="async-weather")
@@ -378,8 +378,9 @@ async def test_gateway_stopping_lets_plugins_release_with_the_store_still_open(
 
     class Holder:
         @hookimpl
-        async def gateway_stopping(self, gateway):
-            user = await gateway.store.get_user("alice")  # the store is still open
+        async def gateway_stopping(self, host):
+            user = await host.account("alice")  # the store is still open
+            assert user is not None
             seen.append(user.user_id)
 
     class Exploder:
@@ -521,7 +522,7 @@ async def test_plugin_tool_is_offered_run_and_its_result_sent_back(
 
     class WeatherTool:
         @hookimpl
-        def register_tools(self, gateway):
+        def register_tools(self, host):
             return [Tool(name="weather_now", description="Current weather in a city.",
                          parameters={"type": "object",
                                      "properties": {"city": {"type": "string"}},
@@ -588,7 +589,7 @@ async def test_third_party_provider_is_used_when_configured(
         start_gateway: StartGateway, pm: PluginManager, fake_llm: FakeLLM) -> None:
     class CannedPlugin:
         @hookimpl
-        def register_providers(self, gateway):
+        def register_providers(self, host):
             return [Canned("canned", "canned answer")]
 
     pm.register(CannedPlugin(), name="canned")
@@ -606,7 +607,7 @@ async def test_two_providers_with_one_name_is_a_startup_error(
         start_gateway: StartGateway, pm: PluginManager) -> None:
     class Impostor:
         @hookimpl
-        def register_providers(self, gateway):
+        def register_providers(self, host):
             return [Canned("offline", "not the real offline")]
 
     pm.register(Impostor(), name="impostor")
@@ -647,7 +648,7 @@ async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(
 
     class PigeonPlugin:
         @hookimpl
-        def register_channels(self, gateway):
+        def register_channels(self, host):
             return [Pigeon()]
 
     pm.register(PigeonPlugin(), name="pigeon")
@@ -664,21 +665,61 @@ async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(
 
 
 # --- the public surface ------------------------------------------------------------------------
-CHANNEL_PLUGIN_SOURCES = [*sorted((ROOT / "examples").glob("*/*/__init__.py")),
-                          *sorted((ROOT / "channels" / "telegram").glob("*.py")),
-                          *sorted((ROOT / "channels" / "slack").glob("*.py"))]
+# Every built-in plugin (channels, providers, tools, commands) and the example plugin: they are
+# written as a third party would write them, on ``gateway``'s public names alone.
+PLUGIN_SOURCES = sorted([*(ROOT / "examples").glob("*/*/__init__.py"),
+                         *(ROOT / "channels").rglob("*.py"),
+                         *(ROOT / "plugins").rglob("*.py")])
 
 
-@pytest.mark.parametrize("path", CHANNEL_PLUGIN_SOURCES,
-                         ids=lambda path: str(path.relative_to(ROOT)))
-def test_channel_plugins_import_only_the_gateway_package_itself(path: Path) -> None:
+@pytest.mark.parametrize("path", PLUGIN_SOURCES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_plugins_import_only_the_names_gateway_exports(path: Path) -> None:
     import ast
 
+    import gateway
+
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    deep = [node.module for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module
-            and node.module.startswith("gateway.")]
+    imports = [node for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom | ast.Import)]
+    deep = [ast.unparse(node) for node in imports
+            if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gateway."))
+            or (isinstance(node, ast.Import)
+                and any(a.name.startswith("gateway") for a in node.names))]
     assert deep == [], f"{path.name} reaches inside the gateway package: {deep}"
+    names = [alias.name for node in imports
+             if isinstance(node, ast.ImportFrom) and node.module == "gateway"
+             for alias in node.names]
+    assert set(names) <= set(gateway.__all__), \
+        f"{path.name} imports names gateway does not export: {set(names) - set(gateway.__all__)}"
+
+
+def test_every_hook_argument_type_is_exported() -> None:
+    import inspect
+    import typing
+
+    import gateway
+    from gateway import hookspecs
+
+    hints = {name: typing.get_type_hints(function, vars(gateway))
+             for name, function in inspect.getmembers(hookspecs, inspect.isfunction)
+             if hasattr(function, "cloudybot_spec")}
+    assert "prompt_sections" in hints and "register_channels" in hints
+    for hook, types in hints.items():
+        for argument, kind in types.items():
+            for part in typing.get_args(kind) or (kind,):
+                if isinstance(part, type) and part.__module__.startswith("gateway"):
+                    assert getattr(gateway, part.__name__, None) is part, \
+                        f"{hook}({argument}): {part.__name__} is not exported from gateway"
+
+
+def test_hooks_receive_a_host_not_the_gateway() -> None:
+    import inspect
+
+    from gateway import hookspecs
+
+    for name, function in inspect.getmembers(hookspecs, inspect.isfunction):
+        if hasattr(function, "cloudybot_spec"):
+            assert "gateway" not in inspect.signature(function).parameters, name
 
 
 def test_everything_public_is_importable_from_gateway() -> None:

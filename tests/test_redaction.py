@@ -28,7 +28,6 @@ from gateway.accounts.secrets import (
     redact_json_text,
     redactor_for,
 )
-from gateway.commands import run_command
 from gateway.kit.inbound import Command
 from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
@@ -395,10 +394,10 @@ async def test_remember_refuses_a_value_holding_a_saved_password(harness: Harnes
     ref = await gateway.resolve_thread("alice", "t1")
     escaped = json.dumps(UMLAUT_PASSWORD)[1:-1]
 
-    refusal = await run_command(gateway, Command("remember", f"wifi {escaped}"), user, ref)
+    refusal = await gateway.run_command(Command("remember", f"wifi {escaped}"), user, ref)
     assert refusal.startswith("I can't pin that: value contains one of your saved passwords")
     assert leaked(UMLAUT_PASSWORD, refusal) == []
-    assert await run_command(gateway, Command("remember", "tz Europe/Berlin"), user, ref) \
+    assert await gateway.run_command(Command("remember", "tz Europe/Berlin"), user, ref) \
         == "Pinned tz."
     memory = await harness.client.get(MEMORY, params={"threadId": "t1"}, headers=auth)
     assert (await memory.json())["memory"] == {"tz": "Europe/Berlin"}

@@ -29,7 +29,7 @@ BROKEN_CHANNEL = """\
             raise RuntimeError("the pigeon's cage is locked")
 
     @hookimpl
-    def register_channels(gateway):
+    def register_channels(host):
         return [Exploding()]
     """
 
@@ -74,7 +74,7 @@ async def test_a_plugin_failing_to_build_its_tool_stops_start(
         start_gateway: object, pm: PluginManager) -> None:
     class BadTools:
         @hookimpl
-        def register_tools(self, gateway: object) -> list[object]:
+        def register_tools(self, host: object) -> list[object]:
             raise ValueError("no such API key")
 
     pm.register(BadTools(), name="bad-tools")

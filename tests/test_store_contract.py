@@ -132,8 +132,9 @@ async def test_a_turn_is_written_and_read_back_whole(store: Store) -> None:
     assert [(c.site, c.blob) for c in state.credentials] == [("example.com", b"\x00sealed")]
     thread, messages = await store.rolling_memory("alice--t1")
     assert thread is not None and thread.ref == REF and len(messages) == 2
-    with pytest.raises(NotFound):
-        await store.load_turn(ThreadRef("bob", "t1", "alice--t1", "dashboard"), "bob", None)
+    # read whoever asks (the agent decides who may use it), with its stored owner
+    read = await store.load_turn(ThreadRef("bob", "t1", "alice--t1", "dashboard"), "bob", None)
+    assert read.thread is not None and read.thread.ref.user_id == "alice"
     with pytest.raises(NotFound):
         await store.commit_turn(turn(ThreadRef("bob", "x", "alice--t1", "dashboard"), "a", "b"))
 

@@ -163,7 +163,7 @@ async def test_text_a_handler_cannot_encode_is_400_not_500(pm: PluginManager,
 
     class StrictPlugin:
         @hookimpl
-        def register_channels(self, gateway: Any) -> list[Channel]:
+        def register_channels(self, host: Any) -> list[Channel]:
             return [Strict()]
 
     pm.register(StrictPlugin(), name="strict")

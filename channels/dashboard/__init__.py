@@ -1,5 +1,5 @@
-"""The dashboard channel: the HTTP API (``/chat``, ``/api/*``, threads keyed
-``{userId}--{threadId}``) and the web app that uses it, served at ``/``.
+"""The dashboard channel: the web app served at ``/``, a client of the gateway's HTTP API
+(``/chat``, ``/api/*``, threads keyed ``{userId}--{threadId}``), which the core serves.
 
 The web app is static files in ``web/`` (HTML, one stylesheet, ES modules; nothing to build):
 it talks only to the documented API, like any other client. Every page is sent with a Content
@@ -13,8 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import Channel, Gateway, hookimpl
-from gateway.api import api_routes
+from gateway import Channel, PluginHost, hookimpl
 
 WEB = Path(__file__).parent / "web"
 SECURITY_HEADERS = {
@@ -73,16 +72,14 @@ async def static_file(request: web.Request) -> web.Response:
 
 
 class DashboardChannel(Channel):
-    """Serves ``/chat`` and ``/api/*`` to dashboards and other HTTP clients, and the web
-    app at ``/``."""
+    """The web app at ``/``; its turns are the HTTP API's (``{userId}--{threadId}`` keys)."""
 
     name = "dashboard"
     prefixed_keys = False
 
     def routes(self) -> list[web.RouteDef]:
-        """The authenticated HTTP API, the sign-in routes and the web app."""
+        """The web app's page and files."""
         return [
-            *api_routes(),
             web.get("/", index),
             web.get("/dashboard", to_index),
             web.get("/static/{name:.+}", static_file),
@@ -90,6 +87,6 @@ class DashboardChannel(Channel):
 
 
 @hookimpl(trylast=True)
-def register_channels(gateway: Gateway) -> list[Channel]:
+def register_channels(host: PluginHost) -> list[Channel]:
     """Register the dashboard channel."""
     return [DashboardChannel()]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, setting
-from gateway.config import options
+from gateway import Channel, PluginHost, PluginSettings, ReservedChannel, hookimpl, options, setting
 
 NAME = "slack"
 
@@ -35,10 +34,10 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl
-def register_channels(gateway: Gateway) -> list[Channel]:
+def register_channels(host: PluginHost) -> list[Channel]:
     """Register the Slack channel (a reserved name only, without a bot token)."""
-    if not gateway.settings.plugin(SlackSettings).bot_token:
+    if not host.settings.plugin(SlackSettings).bot_token:
         return [ReservedChannel(NAME)]
     from .adapter import SlackChannel
 
-    return [SlackChannel(gateway)]
+    return [SlackChannel(host)]

@@ -53,10 +53,10 @@ from gateway import (
     ConfigError,
     DeliveryFailed,
     DeliveryRetry,
-    Gateway,
     Image,
     InboundMessage,
     NotFound,
+    PluginHost,
     Unauthorized,
     Unavailable,
     redact_in_logs,
@@ -115,9 +115,9 @@ class SlackChannel(Channel):
 
     name = NAME
 
-    def __init__(self, gateway: Gateway) -> None:
-        settings = gateway.settings.plugin(SlackSettings)
-        self.gateway = gateway
+    def __init__(self, host: PluginHost) -> None:
+        settings = host.settings.plugin(SlackSettings)
+        self.host = host
         self.bolt: AsyncApp | None = None
         self.verifier: SignatureVerifier | None = None
         self.command_ack_seconds = COMMAND_ACK_SECONDS
@@ -168,7 +168,7 @@ class SlackChannel(Channel):
             verified = False
         if not verified:
             raise Unauthorized("invalid or stale Slack signature")
-        if not self.gateway.accepting:
+        if not self.host.accepting:
             raise Unavailable("the gateway is shutting down; Slack will retry")
         try:
             text = raw.decode("utf-8")
@@ -234,12 +234,12 @@ class SlackChannel(Channel):
             return
         name, _, argument = from_slack(command.get("text") or "").partition(" ")
         name = name.lower() or "help"
-        found = self.gateway.commands.get(name)
+        found = self.host.commands.get(name)
         if not channel.startswith("D") and found is not None and found.per_conversation:
             await ack(IN_A_CHANNEL.format(name=name))
             return
 
-        task = self.gateway.spawn(self.gateway.inbox.answer_inline(InboundMessage(
+        task = self.host.spawn(self.host.answer_now(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{team}:{channel}", sender=f"{NAME}:{team}:{user}",
             message_id=f"command:{command.get('trigger_id') or uuid.uuid4()}", text="",
             command=Command(name, argument.strip()), max_chars=MAX_CHARS)))
@@ -249,7 +249,7 @@ class SlackChannel(Channel):
             await ack(WORKING_ON_IT)
             client = context.client
             assert client is not None
-            self.gateway.spawn(self._confirm_later(task, client, channel, user))
+            self.host.spawn(self._confirm_later(task, client, channel, user))
             return
         if answer:
             await ack(escape(answer))  # plain text, shown as mrkdwn: user text in it stays text
@@ -276,14 +276,14 @@ class SlackChannel(Channel):
         if not (team and channel and user and ts):
             return
         text = from_slack(event.get("text") or "", context.bot_user_id)
-        pictures = _pictures(event) if self.gateway.settings.llm_vision else ()
+        pictures = _pictures(event) if self.host.settings.llm_vision else ()
         if pictures:  # the transcript names them; the model sees them
             text = " ".join([*(f"[image: {p.name}]" for p in pictures), text]).strip()
         if not text:
             return
         conversation = f"{NAME}:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
         try:
-            await self.gateway.receive(InboundMessage(
+            await self.host.receive(InboundMessage(
                 channel=NAME, conversation=conversation, sender=f"{NAME}:{user_team}:{user}",
                 message_id=f"{channel}:{ts}", text=text,
                 address={"channel": channel, "thread_ts": thread_ts or reply_ts},

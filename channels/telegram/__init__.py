@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gateway import Channel, Gateway, PluginSettings, ReservedChannel, hookimpl, setting
-from gateway.config import options
+from gateway import Channel, PluginHost, PluginSettings, ReservedChannel, hookimpl, options, setting
 
 NAME = "telegram"
 SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # Telegram's rule for secret_token
@@ -42,10 +41,10 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl
-def register_channels(gateway: Gateway) -> list[Channel]:
+def register_channels(host: PluginHost) -> list[Channel]:
     """Register the Telegram channel (a reserved name only, without a token)."""
-    if not gateway.settings.plugin(TelegramSettings).token:
+    if not host.settings.plugin(TelegramSettings).token:
         return [ReservedChannel(NAME)]
     from .adapter import TelegramChannel
 
-    return [TelegramChannel(gateway)]
+    return [TelegramChannel(host)]

@@ -62,10 +62,10 @@ from gateway import (
     DeliveryFailed,
     DeliveryRetry,
     Forbidden,
-    Gateway,
     Image,
     InboundMessage,
     Leadership,
+    PluginHost,
     Unavailable,
     redact_in_logs,
 )
@@ -164,9 +164,9 @@ class TelegramChannel(Channel):
 
     name = NAME
 
-    def __init__(self, gateway: Gateway) -> None:
-        settings = gateway.settings.plugin(TelegramSettings)
-        self.gateway = gateway
+    def __init__(self, host: PluginHost) -> None:
+        settings = host.settings.plugin(TelegramSettings)
+        self.host = host
         self.token = settings.token
         self.secret = settings.webhook_secret
         self.webhook_url = settings.webhook_url
@@ -275,7 +275,7 @@ class TelegramChannel(Channel):
         loses nothing."""
         while True:
             try:
-                leadership = await self.gateway.lead(POLLING_ROLE)
+                leadership = await self.host.lead(POLLING_ROLE)
             except Unavailable:
                 return  # stopping
             try:
@@ -334,7 +334,7 @@ class TelegramChannel(Channel):
         if not hmac.compare_digest(given.encode("utf-8", "replace"), self.secret.encode()):
             raise Forbidden("missing or wrong X-Telegram-Bot-Api-Secret-Token")
         bot = self.bot
-        if bot is None or not self.gateway.accepting:
+        if bot is None or not self.host.accepting:
             raise Unavailable("the Telegram channel is not running; deliver this again later")
         if request.content_type != "application/json":
             raise web.HTTPUnsupportedMediaType(text="application/json expected")
@@ -347,7 +347,7 @@ class TelegramChannel(Channel):
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise BadRequest("the body is not a Telegram Update", code="invalid_update") from None
         if inbound is not None:
-            await self.gateway.receive(inbound)
+            await self.host.receive(inbound)
         return web.json_response({"ok": True})
 
     async def _take(self, update: Update, bot: Bot) -> None:
@@ -357,7 +357,7 @@ class TelegramChannel(Channel):
             log.warning("telegram: update %s cannot be read; skipped", update.update_id)
             return
         if inbound is not None:
-            await self.gateway.receive(inbound)
+            await self.host.receive(inbound)
 
     def to_inbound(self, update: Update, bot: Bot) -> InboundMessage | None:
         """Map an Update to an inbound message, or None if it is not for us."""
@@ -376,7 +376,7 @@ class TelegramChannel(Channel):
             name, _, addressee = word.group(1).partition("@")
             if addressee and addressee.lower() != username.lower():
                 return None  # a command for another bot
-            if name.lower() in self.gateway.commands:
+            if name.lower() in self.host.commands:
                 command, addressed = Command(name.lower(), text[word.end():].strip()), True
                 start = len(text)
             elif addressee:  # /ask@thisbot why? -> chat about "why?"
@@ -415,7 +415,7 @@ class TelegramChannel(Channel):
     def _pictures(self, message: Message) -> tuple[Attachment, ...]:
         """The message's picture, when a vision model reads pictures: a photo (its largest
         size) or an image sent as a document."""
-        if not self.gateway.settings.llm_vision:
+        if not self.host.settings.llm_vision:
             return ()
         if message.photo:
             largest = message.photo[-1]

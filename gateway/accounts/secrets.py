@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway.base.errors import BadRequest, ConfigError
 from gateway.base.files import private_dir, private_file
-from gateway.turn.prompt import Credential
+from gateway.tools import Credential
 
 if TYPE_CHECKING:
     from gateway.store import SecretRecord, Store

@@ -6,12 +6,13 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.context import caller
+from gateway.api.context import caller, trace_of
 from gateway.api.events import ReplyDeltas, stream_answer, stream_turn, wants_events
 from gateway.api.middleware import read_json_object
 from gateway.base import validation
 from gateway.commands import slash_command
 from gateway.turn.agent import TurnResult
+from gateway.turn.request import Turn
 
 
 def _answer(thread_id: str, result: TurnResult) -> dict[str, Any]:
@@ -45,11 +46,11 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
         return await stream_answer(request, reply, answer) if streamed \
             else web.json_response(answer)
     if not streamed:
-        return web.json_response(_answer(ref.thread_id, await gateway.chat(
-            user.user_id, ref, message, specialist)))
+        return web.json_response(_answer(ref.thread_id, await gateway.run(
+            Turn(user.user_id, ref, message, specialist, trace=trace_of(request)))))
     deltas = ReplyDeltas()
     # Its own task: a client that disconnects stops the stream, never the turn.
-    turn = gateway.spawn(gateway.chat(user.user_id, ref, message, specialist,
-                                      on_text=deltas.on_text))
+    turn = gateway.spawn(gateway.run(Turn(user.user_id, ref, message, specialist,
+                                          on_text=deltas.on_text, trace=trace_of(request))))
     return await stream_turn(request, turn, deltas,
                              lambda result: _answer(ref.thread_id, result))

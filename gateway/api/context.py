@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from gateway.api.keys import gateway_key, user_key
@@ -41,3 +43,13 @@ def int_param(request: web.Request, name: str, default: int | None, *, low: int,
     if not low <= value <= high:
         raise BadRequest(f"{name} must be between {low} and {high}", code=f"invalid_{name}")
     return value
+
+
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_of(request: web.Request) -> str | None:
+    """The request's W3C ``traceparent`` header when it is well formed (else ignored, as the
+    Trace Context specification asks)."""
+    value = request.headers.get("traceparent", "").strip().lower()
+    return value if TRACEPARENT.fullmatch(value) else None

@@ -16,13 +16,14 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.context import caller
+from gateway.api.context import caller, trace_of
 from gateway.api.events import EventWriter, ReplyDeltas, wait_for_turn
 from gateway.api.middleware import read_json_object
 from gateway.api.openai_errors import openai_error
 from gateway.base import jsonio, validation
 from gateway.base.errors import BadRequest, GatewayError, NotFound
 from gateway.turn.agent import TurnResult
+from gateway.turn.request import Turn
 
 PREFIX = "/v1/"
 THREAD_HEADER = "X-CloudyBot-Thread"
@@ -93,7 +94,8 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     completion_id = f"chatcmpl-{secrets.token_hex(12)}"
     created = int(time.time())
     if body.get("stream") is not True:
-        result = await gateway.chat(user.user_id, ref, message, specialist)
+        result = await gateway.run(Turn(user.user_id, ref, message, specialist,
+                                        trace=trace_of(request)))
         return web.Response(body=jsonio.dumps({
             "id": completion_id, "object": "chat.completion", "created": created,
             "model": shown_model,
@@ -103,8 +105,8 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     options = body.get("stream_options")
     with_usage = isinstance(options, dict) and options.get("include_usage") is True
     deltas = ReplyDeltas()
-    turn = gateway.spawn(gateway.chat(user.user_id, ref, message, specialist,
-                                      on_text=deltas.on_text))
+    turn = gateway.spawn(gateway.run(Turn(user.user_id, ref, message, specialist,
+                                          on_text=deltas.on_text, trace=trace_of(request))))
     chunks = _Chunks(request, completion_id, created, shown_model)
     try:
         async for texts in wait_for_turn(turn, deltas):

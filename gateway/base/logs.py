@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import reprlib
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -150,3 +151,10 @@ def log_handler(log_format: str, stream: IO[str] | None = None) -> logging.Handl
     handler.setFormatter(JSONFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_TurnFilter())
     return handler
+
+def shown(value: object) -> str:
+    """A short, always printable description of a value a provider reported (for logs)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"  # repr() may refuse very long ints
+    return reprlib.repr(value[:80] if isinstance(value, str) else value)
+

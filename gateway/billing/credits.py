@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import reprlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,13 +50,6 @@ class UsageBounds:
         and whose reply may take ``max_tokens``."""
         return cls(PROMPT_TOKENS_FACTOR * counted_prompt + PROMPT_TOKENS_SLACK,
                    max_tokens + COMPLETION_TOKENS_SLACK)
-
-
-def shown(value: object) -> str:
-    """A short, always printable description of a value a provider reported (for logs)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"  # repr() may refuse very long ints
-    return reprlib.repr(value[:80] if isinstance(value, str) else value)
 
 
 def cost(settings: Settings, prompt_tokens: int, completion_tokens: int) -> int:

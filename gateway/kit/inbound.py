@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,10 +41,11 @@ from gateway.base.errors import (
 from gateway.base.text import split_text
 from gateway.billing.credits import RateLimiter, period_of
 from gateway.commands import Command
-from gateway.interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image, TextSink
+from gateway.interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image
 from gateway.kit.queues import ConversationQueues, KitHost
 from gateway.kit.streaming import PREVIEW_INTERVAL_SECONDS, Preview
-from gateway.store import ChannelMessage, Delivery, InboxEntry, ThreadRef, User
+from gateway.store import ChannelMessage, InboxEntry, Thread, ThreadRef, User
+from gateway.turn.request import Turn
 
 if TYPE_CHECKING:
     from gateway.kit.outbox import Outbox
@@ -152,11 +153,8 @@ class InboxHost(KitHost, Protocol):
     def secret_box(self) -> SecretBox:
         """Encryption of the inbox's payloads."""
 
-    async def chat(self, user_id: str, ref: ThreadRef, message: str,
-                   specialist: str | None = None, inbound: ChannelMessage | None = None,
-                   on_text: TextSink | None = None,
-                   images: Sequence[Image] = ()) -> TurnResult:
-        """Run one turn on the thread."""
+    async def run(self, turn: Turn) -> TurnResult:
+        """Run one turn on its thread."""
 
     async def run_command(self, command: Command, user: User, ref: ThreadRef) -> str:
         """Run a chat command; return its answer."""
@@ -241,17 +239,13 @@ class Inbox:
         finally:
             handle = await preview.close() if preview is not None else None
         if text is not None:
-            gw = self.gateway
-            now = gw.clock()
             # The stored reply goes out through the outbox; the preview's handle rides along
             # in memory only (after a crash the reply is sent anew, the preview stays).
             address = {**message.address, "preview": handle} if handle is not None \
                 else message.address
-            gw.outbox.submit(Delivery(
-                id=0, channel=message.channel, message_id=message.message_id,
-                conversation=message.conversation, address=json.dumps(dict(address)),
-                text=text, max_chars=message.max_chars, state="pending", chunks_sent=0,
-                attempts=0, next_attempt=now, created=now, last_error=None))
+            self.gateway.outbox.queue(InboxEntry(
+                message.channel, message.message_id, message.conversation,
+                json.dumps(dict(address)), message.max_chars, b""), text)
 
     def _preview(self, message: InboundMessage) -> Preview | None:
         """A preview of the reply as it is written, for channels that can show one."""
@@ -309,17 +303,19 @@ class Inbox:
         id is recorded as answered first: a command runs at most once."""
         if await self.gateway.store.inbox_add(self._entry(message), answered=True) is None:
             return None
-        found = await self._identify(message)
+        found = await self._identify(message,
+                                     await self.gateway.store.get_thread(message.conversation))
         if isinstance(found, str):
             return found
         if message.command is None:
             raise ValueError("answer_inline runs commands only")
         return await self.gateway.run_command(message.command, *found)
 
-    async def _identify(self, message: InboundMessage) -> tuple[User, ThreadRef] | str:
-        """The sender's account and the conversation's thread (owned by whoever started it),
-        or the refusal to send when the sender cannot be served."""
-        gw = self.gateway
+    async def _identify(self, message: InboundMessage,
+                        thread: Thread | None) -> tuple[User, ThreadRef] | str:
+        """The sender's account and the conversation's thread (``thread`` as stored, owned by
+        whoever started it; else the sender's, who would start it), or the refusal to send
+        when the sender cannot be served."""
         try:
             user = await self._account(message.sender)
         except BadRequest:
@@ -328,19 +324,23 @@ class Inbox:
             return BAD_SENDER
         if user is None:
             return NOT_PROVISIONED
-        thread = await gw.store.get_thread(message.conversation)
-        owner = thread.ref.user_id if thread is not None else user.user_id
-        return user, ThreadRef(owner, message.conversation, message.conversation,
+        if thread is not None:
+            return user, thread.ref
+        return user, ThreadRef(user.user_id, message.conversation, message.conversation,
                                message.channel)
 
     async def _answer(self, message: InboundMessage,
                       preview: Preview | None = None) -> str | None:
         """Answer the message and store the answer; None when there is nothing to send."""
         gw = self.gateway
-        if message.only_known and await gw.store.get_thread(message.conversation) is None:
+        # The thread is read here only where it decides something; a chat turn reads it with
+        # the rest of its state (the agent keeps the stored owner).
+        thread = await gw.store.get_thread(message.conversation) \
+            if message.only_known or message.command is not None else None
+        if message.only_known and thread is None:
             await gw.store.drop_inbox(message.channel, message.message_id)
             return None
-        found = await self._identify(message)
+        found = await self._identify(message, thread)
         if isinstance(found, str):
             return await self._reply(message, found)
         user, ref = found
@@ -354,7 +354,9 @@ class Inbox:
     async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,
                     preview: Preview | None) -> str | None:
         gw = self.gateway
-        images = await self._images(message)
+        turn = Turn(user.user_id, ref, message.text, images=tuple(await self._images(message)),
+                    answers=ChannelMessage(message.channel, message.message_id),
+                    on_text=preview.update if preview else None)
         channel = gw.channels.get(message.channel)
         show_typing = None
         if channel is not None and type(channel).typing is not Channel.typing:
@@ -362,10 +364,7 @@ class Inbox:
         for attempt in range(2):
             try:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):
-                    answers = ChannelMessage(message.channel, message.message_id)
-                    result = await gw.chat(user.user_id, ref, message.text, inbound=answers,
-                                           on_text=preview.update if preview else None,
-                                           images=images)
+                    result = await gw.run(turn)
                 return result.reply
             except RateLimited as exc:
                 if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:

@@ -32,7 +32,7 @@ from gateway.base.text import split_text
 from gateway.interfaces import DeliveryFailed, DeliveryRetry
 from gateway.kit.queues import ConversationQueues, KitHost
 from gateway.plugins.hooks import PluginHooks
-from gateway.store import Delivery
+from gateway.store import Delivery, InboxEntry
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,16 @@ class Outbox:
         # swap in one that moves their clock.
         self.wait: Callable[[float], Awaitable[None]] = gateway.pause
         self._open = asyncio.Event()
+
+    def queue(self, entry: InboxEntry, text: str) -> None:
+        """Deliver ``text``, just committed to the outbox under ``entry``'s channel and id
+        (the message it answers, or a plugin's own message's)."""
+        now = self.gateway.clock()
+        self.submit(Delivery(
+            id=0, channel=entry.channel, message_id=entry.message_id,
+            conversation=entry.conversation, address=entry.address, text=text,
+            max_chars=entry.max_chars, state="pending", chunks_sent=0, attempts=0,
+            next_attempt=now, created=now, last_error=None))
 
     def submit(self, delivery: Delivery) -> None:
         """Deliver ``delivery`` (already committed to the outbox) after those queued before it

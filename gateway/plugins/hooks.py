@@ -2,14 +2,16 @@
 
 Every implementation is called by us (not by ``hook(...)``), so an ``async def`` implementation
 is awaited like any other and one failing plugin is logged and skipped, never fatal. The turn
-path calls its hooks through :class:`PluginHooks`, typed methods that pass the gateway along.
+path calls its hooks through :class:`PluginHooks`, typed methods that hand each plugin its own
+:class:`gateway.PluginHost` (an argument given as :class:`PerPlugin` is made for each plugin).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
@@ -18,7 +20,7 @@ from gateway.base.errors import PluginError, one_line
 from gateway.interfaces import PromptSection, TurnContext
 
 if TYPE_CHECKING:
-    from gateway.gateway import Gateway
+    from gateway.host import PluginHost
     from gateway.memory.sessions import Rotation
     from gateway.store import Delivery
 
@@ -31,6 +33,20 @@ async def resolve(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+@dataclass(frozen=True)
+class PerPlugin:
+    """A hook argument made for each plugin it is passed to (its own host), by name."""
+
+    make: Callable[[str], Any]
+
+
+def _arguments(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> list[Any]:
+    """The arguments ``impl`` names, a :class:`PerPlugin` one made for its plugin."""
+    values = [kwargs[name] for name in impl.argnames]
+    return [value.make(impl.plugin_name) if isinstance(value, PerPlugin) else value
+            for value in values]
 
 
 def _implementations(hook: pluggy.HookCaller) -> list[pluggy.HookImpl]:
@@ -51,7 +67,7 @@ async def collect_by_plugin(hook: pluggy.HookCaller, *, strict: bool = False,
     found: list[tuple[str, list[Any]]] = []
     for impl in _implementations(hook):
         try:
-            result = await resolve(impl.function(*(kwargs[name] for name in impl.argnames)))
+            result = await resolve(impl.function(*_arguments(impl, kwargs)))
         except Exception as exc:
             if strict:
                 raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook.name}(): "
@@ -77,7 +93,7 @@ def gather_now(hook: pluggy.HookCaller, **kwargs: Any) -> list[tuple[str, Any]]:
         if inspect.iscoroutinefunction(impl.function):
             raise PluginError(f"plugin {impl.plugin_name!r}: {hook.name}() must not be async")
         try:
-            result = impl.function(*(kwargs[name] for name in impl.argnames))
+            result = impl.function(*_arguments(impl, kwargs))
         except Exception as exc:
             raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook.name}(): "
                               f"{type(exc).__name__}: {exc}") from exc
@@ -90,25 +106,24 @@ async def notify_each(hook: pluggy.HookCaller, **kwargs: Any) -> None:
     """Call every observer; one failing plugin cannot silence the others."""
     for impl in _implementations(hook):
         try:
-            await resolve(impl.function(*(kwargs[name] for name in impl.argnames)))
+            await resolve(impl.function(*_arguments(impl, kwargs)))
         except Exception:
             log.exception("plugin %r failed in %s()", impl.plugin_name, hook.name)
 
 
 class PluginHooks:
     """The hooks a running gateway calls on every turn, delivery and rotation, as typed
-    methods: callers name what happened, this passes the gateway to the plugins."""
+    methods: callers name what happened, this hands each plugin its own host."""
 
-    def __init__(self, pm: pluggy.PluginManager, gateway: Gateway) -> None:
+    def __init__(self, pm: pluggy.PluginManager, host_for: Callable[[str], PluginHost]) -> None:
         self.pm = pm
-        self.gateway = gateway
+        self.host = PerPlugin(host_for)
 
     async def prompt_sections(self, turn: TurnContext) -> list[PromptSection]:
         """The plugins' sections for this turn's system message (anything else is logged and
         left out)."""
         sections = []
-        for section in await collect(self.pm.hook.prompt_sections, gateway=self.gateway,
-                                     turn=turn):
+        for section in await collect(self.pm.hook.prompt_sections, host=self.host, turn=turn):
             if isinstance(section, PromptSection):
                 sections.append(section)
             else:
@@ -118,19 +133,16 @@ class PluginHooks:
 
     async def turn_completed(self, turn: TurnContext, reply: str) -> None:
         """Tell the observers that a turn was answered and stored."""
-        await notify_each(self.pm.hook.turn_completed, gateway=self.gateway, turn=turn,
-                          reply=reply)
+        await notify_each(self.pm.hook.turn_completed, host=self.host, turn=turn, reply=reply)
 
     async def session_rotated(self, rotation: Rotation) -> None:
         """Tell the observers that a session ended."""
-        await notify_each(self.pm.hook.session_rotated, gateway=self.gateway,
-                          rotation=rotation)
+        await notify_each(self.pm.hook.session_rotated, host=self.host, rotation=rotation)
 
     async def reply_sent(self, delivery: Delivery, text: str) -> None:
         """Tell the observers that a reply reached its channel."""
-        await notify_each(self.pm.hook.reply_sent, gateway=self.gateway, message=delivery,
-                          text=text)
+        await notify_each(self.pm.hook.reply_sent, host=self.host, message=delivery, text=text)
 
     async def gateway_stopping(self) -> None:
         """Tell the plugins that the gateway stops: they release what they hold."""
-        await notify_each(self.pm.hook.gateway_stopping, gateway=self.gateway)
+        await notify_each(self.pm.hook.gateway_stopping, host=self.host)

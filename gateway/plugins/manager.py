@@ -6,7 +6,7 @@ import importlib.metadata
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
@@ -16,7 +16,8 @@ from gateway.config.options import PluginSettings, declared, masked
 from gateway.plugins import hooks
 
 if TYPE_CHECKING:
-    from gateway.gateway import Gateway
+    from gateway.config.settings import Settings
+    from gateway.host import PluginHost
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -48,7 +49,7 @@ class PluginManager(pluggy.PluginManager):
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
         """pluggy's options for a hook implementation; a wrapper is refused here, at
         registration: the gateway calls every implementation itself (to await async ones,
-        see :mod:`gateway.hooks`), so a wrapper could never wrap anything."""
+        see :mod:`gateway.plugins.hooks`), so a wrapper could never wrap anything."""
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is not None and (opts.get("wrapper") or opts.get("hookwrapper")):
             owner = getattr(plugin, "__name__", type(plugin).__name__)
@@ -100,11 +101,22 @@ def load_entry_point_plugins(pm: PluginManager) -> list[str]:
     return skipped
 
 
-async def describe_plugins(gateway: Gateway) -> list[PluginInfo]:
+class Described(Protocol):
+    """What :func:`describe_plugins` reads of a gateway."""
+
+    pm: PluginManager
+    settings: Settings
+
+    def host_for(self, plugin: str) -> PluginHost:
+        """The plugin's host."""
+
+
+async def describe_plugins(gateway: Described) -> list[PluginInfo]:
     """The gateway's plugins, sorted by name: the hooks each implements, its channels (built,
     not started: no I/O) and its settings as configured."""
     pm = gateway.pm
-    channels = dict(await hooks.collect_by_plugin(pm.hook.register_channels, gateway=gateway))
+    channels = dict(await hooks.collect_by_plugin(pm.hook.register_channels,
+                                                  host=hooks.PerPlugin(gateway.host_for)))
     groups = dict(hooks.gather_now(pm.hook.plugin_settings))
     infos = []
     for name, plugin in pm.list_name_plugin():

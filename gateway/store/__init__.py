@@ -174,9 +174,10 @@ class Store(Protocol):
         """Everything a turn reads, in one call.
 
         ``user_id`` is who is billed (in a group chat not always the owner). Raise ``NotFound``
-        if there is no such account, or if the thread belongs to someone other than ``ref``'s
-        owner. A store whose :meth:`shared_quotas` are not None applies ``claim`` with the
-        read and reports it in ``TurnState.claimed``; others are never given one.
+        if there is no such account. The thread is read by ``ref``'s session key whoever owns
+        it (``TurnState.thread.ref`` says): whether the caller may use it is the agent's rule.
+        A shared store (PostgreSQL, see :func:`gateway.billing.quotas_for`) applies ``claim``
+        with the read and reports it in ``TurnState.claimed``; others are never given one.
         """
 
     async def commit_turn(self, commit: TurnCommit) -> TurnWritten:
@@ -202,6 +203,11 @@ class Store(Protocol):
     async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
         False if it was not pending."""
+
+    async def queue_message(self, entry: InboxEntry, text: str) -> bool:
+        """Put a message that answers no inbound one (a plugin's own) in the outbox, recorded
+        under ``entry``'s channel and id so that it is queued once; False if that id was
+        taken already."""
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply."""

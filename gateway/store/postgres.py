@@ -169,8 +169,6 @@ async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: 
     return True
 
 
-# What a turn reads, as one statement: the account, the thread, its rolling messages and
-# pinned keys, the specialist's instructions and the saved logins.
 # The active session's size, last write and replay window (lines of the replies from the
 # oldest message in rolling memory on), for Store.load_turn: $2 is the session key.
 SESSION_STATE = """
@@ -182,6 +180,8 @@ SESSION_STATE = """
    ORDER BY l.n))
  FROM sessions s WHERE s.key = $2 AND s.archived IS NULL)"""
 
+# What a turn reads, as one statement: the account, the thread, its rolling messages and
+# pinned keys, the specialist's instructions and the saved logins.
 _LOAD_TURN = f"""
 SELECT
   (SELECT row_to_json(u) FROM (SELECT {USER_COLUMNS} FROM users WHERE user_id = $1) u)
@@ -843,8 +843,7 @@ class PostgresStore(PostgresWebhooks):
     async def load_turn(self, ref: ThreadRef, user_id: str, specialist: str | None,
                         claim: Claim | None = None) -> TurnState:
         """Everything a turn reads, in one statement (one round trip, one snapshot), with
-        ``claim`` applied on the way; raise ``NotFound`` if no account, or if the thread is
-        someone else's."""
+        ``claim`` applied on the way; raise ``NotFound`` if no account."""
         async def run(conn: Connection) -> TurnState:
             if claim is None:
                 row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
@@ -864,8 +863,6 @@ class PostgresStore(PostgresWebhooks):
                                 found["summary"], found["summary_tokens"],
                                 found["summary_version"], found["created_at"],
                                 found["updated_at"])
-                if thread.ref.user_id != ref.user_id:
-                    raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             messages = [StoredMessage(*m) for m in jsonio.loads(row["messages"])]
             pinned = dict(sorted(jsonio.loads(row["pinned"]).items()))
             credentials = [SecretRecord(site, bytes(secret))
@@ -986,6 +983,22 @@ class PostgresStore(PostgresWebhooks):
         False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
             conn, channel, message_id, reply, self.clock(), self._now(), self.process_id))
+
+    async def queue_message(self, entry: InboxEntry, text: str) -> bool:
+        """Put a message that answers no inbound one in the outbox, recorded in the inbox under
+        ``entry``'s channel and id (so it is queued once), in one transaction; False if that
+        id was taken already."""
+        async def run(conn: Connection) -> bool:
+            taken = await conn.fetchval(
+                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+                " received_at, taken_by) VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7)"
+                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id", entry.channel,
+                entry.message_id, entry.conversation, entry.address, entry.max_chars,
+                self._now(), self.process_id)
+            return taken is not None and await _answer_inbox(
+                conn, entry.channel, entry.message_id, text, self.clock(), self._now(),
+                self.process_id)
+        return await self._transaction(run)
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply."""

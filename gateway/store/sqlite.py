@@ -828,8 +828,6 @@ class SQLiteStore:
             row = conn.execute(f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE session_key = ?",
                                (ref.session_key,)).fetchone()
             pk, thread = (row[0], _thread(row[1:])) if row else (None, None)
-            if thread is not None and thread.ref.user_id != ref.user_id:
-                raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
             messages = [] if pk is None else [
                 StoredMessage(*r) for r in conn.execute(
                     "SELECT id, role, content, tokens FROM messages WHERE thread = ? ORDER BY id",
@@ -934,6 +932,21 @@ class SQLiteStore:
         False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
             conn, channel, message_id, reply, self.clock(), self._now()))
+
+    async def queue_message(self, entry: InboxEntry, text: str) -> bool:
+        """Put a message that answers no inbound one in the outbox, recorded in the inbox under
+        ``entry``'s channel and id (so it is queued once), in one transaction; False if that
+        id was taken already."""
+        def run(conn: sqlite3.Connection) -> bool:
+            taken = conn.execute(
+                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+                " received_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)"
+                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
+                (entry.channel, entry.message_id, entry.conversation, entry.address,
+                 entry.max_chars, self._now())).fetchone()
+            return taken is not None and _answer_inbox(
+                conn, entry.channel, entry.message_id, text, self.clock(), self._now())
+        return await self._transaction(run)
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply (there is nothing to say)."""

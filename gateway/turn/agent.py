@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.accounts.access import Accounts
-from gateway.accounts.secrets import SecretBox, open_credentials, redact, redact_chat_message
+from gateway.accounts.secrets import (
+    SecretBox,
+    open_credentials,
+    redact,
+    redact_chat_message,
+)
 from gateway.base.errors import (
     EmptyReply,
     GatewayError,
@@ -27,23 +32,22 @@ from gateway.base.errors import (
     ProviderError,
     Unavailable,
 )
+from gateway.base.logs import shown
 from gateway.base.metrics import Metrics
 from gateway.base.tokens import TokenCounter
 from gateway.billing.credits import (
     CreditsBusy,
     UsageBounds,
     charge_for,
-    shown,
     worst_case,
 )
-from gateway.billing.quotas import Admission, Quotas, TurnBill
+from gateway.billing.quotas import Quotas, TurnBill
 from gateway.config.settings import Settings
 from gateway.interfaces import Completion, CompletionRequest, Image, Provider, TextSink, TurnContext
 from gateway.memory.sessions import Rotation, Sessions, ToolExchange
 from gateway.memory.summaries import accept_summary, fold_point, summary_request
 from gateway.plugins.hooks import PluginHooks
 from gateway.store import (
-    ChannelMessage,
     NewMessage,
     Store,
     StoredMessage,
@@ -55,8 +59,9 @@ from gateway.store import (
     User,
 )
 from gateway.store.records import REPLY_SLOT, USER_MESSAGE_SLOT
-from gateway.tools import Toolbox, ToolCall, ToolContext
-from gateway.turn.prompt import Credential, Prompt, PromptInputs, assemble
+from gateway.tools import Credential, Toolbox, ToolCall, ToolContext
+from gateway.turn.prompt import Prompt, PromptInputs, assemble
+from gateway.turn.request import Turn
 from gateway.webhooks import events as webhook_events
 
 log = logging.getLogger(__name__)
@@ -119,6 +124,32 @@ class _AgentRun:
 
 
 @dataclass(frozen=True)
+class _Reading:
+    """What a turn (or the context inspector) read of its thread, ready for the prompt: the
+    thread (owner as stored), its state, what plugins see of the turn, the saved logins and
+    their passwords, and the session it runs in (the rotation it began with, if any)."""
+
+    ref: ThreadRef
+    state: TurnState
+    context: TurnContext
+    credentials: list[Credential]
+    secrets: tuple[str, ...]
+    rotation: Rotation | None
+    new_session: bool
+
+
+@dataclass
+class _Work:
+    """One turn in progress: the request, what it read, its bill, its prompt, its calls."""
+
+    turn: Turn
+    reading: _Reading
+    bill: TurnBill
+    prompt: Prompt
+    run: _AgentRun = field(default_factory=_AgentRun)
+
+
+@dataclass(frozen=True)
 class Agent:
     """Runs chat turns and the summarizations they make due, with exactly what they use (the
     gateway builds it when it starts). The caller holds the thread's turn lock."""
@@ -136,53 +167,39 @@ class Agent:
     metrics: Metrics
 
     # --- the turn -------------------------------------------------------------------------
-    async def run_turn(self, user_id: str, ref: ThreadRef, message: str,
-                       specialist: str | None, inbound: ChannelMessage | None = None,
-                       on_text: TextSink | None = None, images: Sequence[Image] = (),
-                       ) -> tuple[TurnResult, PendingSummary | None]:
-        """Run one turn; return its result and any summarization due. ``on_text`` receives
-        the reply as it is written (see :meth:`_run_agent`); ``images`` go to the model with
-        the message, never into memory or the transcript."""
-        async with self.quotas.admit(user_id) as admission:  # before the balance is read
-            state = await self.store.load_turn(ref, user_id, specialist, admission.claim)
+    async def run_turn(self, turn: Turn) -> tuple[TurnResult, PendingSummary | None]:
+        """Run one turn; return its result and any summarization due. ``turn.on_text``
+        receives the reply as it is written (see :meth:`_run_agent`); ``turn.images`` go to
+        the model with the message, never into memory or the transcript."""
+        async with self.quotas.admit(turn.user_id) as admission:  # before the balance is read
+            state = await self.store.load_turn(turn.ref, turn.user_id, turn.specialist,
+                                               admission.claim)
+            ref = _thread_of(turn, state)
             user = await self.accounts.current_user(state.user)
-            if specialist is not None and state.specialist_instructions is None:
-                raise NotFound(f"no specialist named {specialist!r}",
-                               code="specialist_not_found")
+            _check_specialist(turn.specialist, state)
             plan = self.settings.plans.get(user.plan)
             # 429 past the rate limit or if other turns hold the rest; 402 if spent
             await admission.check(user, plan.requests_per_minute if plan else 0, state.claimed)
-            return await self._answer(user_id, ref, message, specialist, inbound, state,
-                                      user.credits, admission, on_text, images)
+            reading = await self._read(ref, state, turn.message, turn.specialist)
+            prompt = await self._prompt(reading, turn.message, turn.images)
+            work = _Work(turn, reading, TurnBill(self.settings, admission, user.credits),
+                         prompt)
+            return await self._answer(work)
 
-    async def _answer(self, user_id: str, ref: ThreadRef, message: str,
-                      specialist: str | None, inbound: ChannelMessage | None,
-                      state: TurnState, balance: int, admission: Admission,
-                      on_text: TextSink | None = None, images: Sequence[Image] = (),
-                      ) -> tuple[TurnResult, PendingSummary | None]:
-        """The turn after admission: session, prompt, agent and commit, session file,
-        observers, and the summarization it makes due."""
-        rotation, new_session = await self._begin_session(ref, state)
-        credentials = open_credentials(self.secret_box, user_id, state.credentials)
-        secrets = tuple(credential.password for credential in credentials)
-        # Plugins see the message as it is stored: a password the user typed stays hidden.
-        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel,
-                           redact(message, secrets), specialist)
-        prompt = await self._prompt(turn, state, message, credentials, new_session, images)
-        bill = TurnBill(self.settings, admission, balance)
-        run = _AgentRun()
-        reply, written, new_messages, in_commit = await self._run_and_commit(
-            turn, ref, inbound, prompt, secrets, bill, run, on_text, rotation,
-            self._low_credits(state.user))
+    async def _answer(self, work: _Work) -> tuple[TurnResult, PendingSummary | None]:
+        """The turn after admission: agent and commit, session file, observers, and the
+        summarization it makes due."""
+        reply, written, new_messages, in_commit = await self._run_and_commit(work)
+        bill, run = work.bill, work.run
         spent = bill.settle()
         self.metrics.charged(bill.charges)
         if not in_commit:
-            await self._append_session(ref, turn.message, reply, written, run, bill, rotation)
-        await self.hooks.turn_completed(turn, reply)
-        pending = self._summary_due(ref, secrets, state, written, new_messages,
-                                    credits=balance - spent)
+            await self._append_session(work, reply, written)
+        await self.hooks.turn_completed(work.reading.context, reply)
+        pending = self._summary_due(work, written, new_messages, bill.balance - spent)
         result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
-                            summarized=pending is not None, session_rotated=new_session)
+                            summarized=pending is not None,
+                            session_rotated=work.reading.new_session)
         return result, pending
 
     def _low_credits(self, user: User) -> int | None:
@@ -190,12 +207,24 @@ class Agent:
         plan = self.settings.plans.get(user.plan)
         return webhook_events.low_credits_threshold(plan.credits) if plan else None
 
-    async def _begin_session(self, ref: ThreadRef,
-                             state: TurnState) -> tuple[Rotation | None, bool]:
-        """Rotate the session if due; return the rotation and whether this turn starts a new
-        session (see :func:`_starts_session`)."""
+    async def _read(self, ref: ThreadRef, state: TurnState, message: str,
+                    specialist: str | None) -> _Reading:
+        """What the turn works from: its session begun (rotated if due), the saved logins
+        opened, and what plugins see of it (a password the user typed stays hidden)."""
         rotation, active = await self.sessions.begin_turn(ref.session_key, state)
-        return rotation, _starts_session(rotation is not None, active, state)
+        return self._reading(ref, state, message, specialist,
+                             (rotation, _starts_session(rotation is not None, active, state)))
+
+    def _reading(self, ref: ThreadRef, state: TurnState, message: str, specialist: str | None,
+                 session: tuple[Rotation | None, bool]) -> _Reading:
+        """The thread as read, with its saved logins opened and the plugins' view of it;
+        ``session`` is the rotation the turn began with and whether it starts a session."""
+        credentials = open_credentials(self.secret_box, state.user.user_id, state.credentials)
+        secrets = tuple(credential.password for credential in credentials)
+        context = TurnContext(state.user.user_id, ref.thread_id, ref.session_key, ref.channel,
+                              redact(message, secrets), specialist)
+        rotation, new_session = session
+        return _Reading(ref, state, context, credentials, secrets, rotation, new_session)
 
     async def next_prompt(self, ref: ThreadRef, user_id: str,
                           specialist: str | None = None) -> tuple[Prompt, tuple[str, ...]]:
@@ -203,22 +232,19 @@ class Agent:
         here), and the saved passwords it holds: assembled by the very code a turn uses,
         plugin sections included, while changing nothing (no rotation, no charge)."""
         state = await self.store.load_turn(ref, user_id, specialist)
-        if specialist is not None and state.specialist_instructions is None:
-            raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
+        _check_specialist(specialist, state)
         due, active = self.sessions.peek(ref.session_key, state)
-        credentials = open_credentials(self.secret_box, user_id, state.credentials)
-        turn = TurnContext(user_id, ref.thread_id, ref.session_key, ref.channel, "", specialist)
-        prompt = await self._prompt(turn, state, "", credentials,
-                                    _starts_session(due is not None, active, state), ())
-        return prompt, tuple(credential.password for credential in credentials)
+        reading = self._reading(ref, state, "", specialist,
+                                (None, _starts_session(due is not None, active, state)))
+        return await self._prompt(reading, "", ()), reading.secrets
 
-    async def _prompt(self, turn: TurnContext, state: TurnState, message: str,
-                      credentials: list[Credential], new_session: bool,
+    async def _prompt(self, reading: _Reading, message: str,
                       images: Sequence[Image]) -> Prompt:
         """The turn's prompt: the plugins' sections, then assembly under MAX_CONTEXT (the
         pictures counted too)."""
         settings = self.settings
-        specialist = turn.specialist
+        state, context = reading.state, reading.context
+        specialist = context.specialist
         return assemble(
             PromptInputs(
                 instructions=settings.system_prompt,
@@ -227,16 +253,17 @@ class Agent:
                 specialist=(specialist, state.specialist_instructions)
                 if specialist and state.specialist_instructions else None,
                 summary=state.thread.summary if state.thread else "",
-                credentials=credentials,
-                session_rotated=new_session,
-                sections=await self.hooks.prompt_sections(turn),
+                credentials=reading.credentials,
+                session_rotated=reading.new_session,
+                sections=await self.hooks.prompt_sections(context),
                 recent=state.messages,
                 user_message=message,
                 user_tokens=self.counter.count(message) + IMAGE_TOKENS * len(images),
                 user_images=tuple(image.data_url() for image in images),
                 # a new session replays nothing: the tool state went with the old one
-                exchanges=self.sessions.exchanges(turn.session_key, state.messages[0].id, state)
-                if state.messages and not new_session else {},
+                exchanges=self.sessions.exchanges(context.session_key, state.messages[0].id,
+                                                  state)
+                if state.messages and not reading.new_session else {},
                 reserved_tokens=self.toolbox.schema_tokens,
                 vault=settings.browser_vault,
             ),
@@ -244,39 +271,36 @@ class Agent:
             settings.max_context,
         )
 
-    async def _run_and_commit(self, turn: TurnContext, ref: ThreadRef,
-                              inbound: ChannelMessage | None, prompt: Prompt,
-                              secrets: tuple[str, ...], bill: TurnBill, run: _AgentRun,
-                              on_text: TextSink | None, rotation: Rotation | None,
-                              low_credits: int | None,
+    async def _run_and_commit(self, work: _Work,
                               ) -> tuple[str, TurnWritten, list[NewMessage], bool]:
         """The agent's calls, then the turn in one transaction: the reply, the ids written,
         the two messages written, and whether the session's lines went with them (sessions
         kept in the store). On any failure nothing of the turn is stored, but the calls that
         did answer (a chat call before a failed tool round) are still charged. The commit
         carries the turn's webhook events (the reply; the rotation it began with) and, under
-        ``low_credits``, ``credits.low``."""
+        the billed user's ``credits.low`` threshold, ``credits.low``."""
+        turn, reading, bill = work.turn, work.reading, work.bill
+        ref, stored_message, rotation = reading.ref, reading.context.message, reading.rotation
         try:
-            await self._run_agent(turn, prompt, secrets, bill, run, on_text)
-            reply = redact(run.text, secrets).strip()
+            await self._run_agent(work)
+            reply = redact(work.run.text, reading.secrets).strip()
             if not reply:
                 bill.refund_last()  # an empty answer is a failed call: not charged
                 raise EmptyReply("the model returned an empty answer")
             new_messages = [
-                NewMessage("user", turn.message, self.counter.count(turn.message)),
+                NewMessage("user", stored_message, self.counter.count(stored_message)),
                 NewMessage("assistant", reply, self.counter.count(reply))]
             session = self.sessions.with_commit(
                 ref.user_id, ref.thread_id, ref.session_key,
-                lambda: _session_events(turn.message, reply, [USER_MESSAGE_SLOT, REPLY_SLOT],
-                                        run, bill, rotation))
+                lambda: _session_events(work, reply, [USER_MESSAGE_SLOT, REPLY_SLOT]))
             events = [webhook_events.message_created(ref, reply, bill.charges)]
             if rotation is not None:
                 events.insert(0, webhook_events.session_rotated(ref, rotation.reason,
                                                                 rotation.name))
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
-                charges=bill.charges, inbound=inbound, hold=bill.hold, session=session,
-                events=tuple(events), low_credits=low_credits))
+                charges=bill.charges, inbound=turn.answers, hold=bill.hold, session=session,
+                events=tuple(events), low_credits=self._low_credits(reading.state.user)))
         except BaseException:
             if bill.charges:
                 await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
@@ -286,50 +310,45 @@ class Agent:
             raise
         return reply, written, new_messages, session is not None
 
-    async def _append_session(self, ref: ThreadRef, stored_message: str, reply: str,
-                        written: TurnWritten, run: _AgentRun, bill: TurnBill,
-                        rotation: Rotation | None) -> None:
+    async def _append_session(self, work: _Work, reply: str, written: TurnWritten) -> None:
         """The turn's events at the end of its session file (tool exchange kept for
         replay)."""
+        ref, run = work.reading.ref, work.run
         reply_id = written.message_ids[-1]
         exchange = (reply_id, ToolExchange(tuple(run.exchange), run.exchange_tokens)) \
             if run.exchange else None
         try:
             await self.sessions.write_turn(ref.session_key, ref.user_id, ref.thread_id,
-                                           _session_events(stored_message, reply,
-                                                           written.message_ids, run, bill,
-                                                           rotation),
+                                           _session_events(work, reply, written.message_ids),
                                            exchange)
         except (OSError, Unavailable):
             # The turn is committed; only its tool state is lost, as a rotation would lose it.
             log.exception("cannot append to the session file of %s", ref.session_key)
 
-    def _summary_due(self, ref: ThreadRef, secrets: tuple[str, ...], state: TurnState,
-                     written: TurnWritten, new_messages: list[NewMessage],
+    def _summary_due(self, work: _Work, written: TurnWritten, new_messages: list[NewMessage],
                      credits: int) -> PendingSummary | None:
         """The summarization this turn makes due, if rolling memory (what the turn read plus
         what it wrote) reached SUMMARIZE_AT. Under the turn lock nobody else adds to this
         thread: the count needs no query."""
+        state = work.reading.state
         if len(state.messages) + len(written.message_ids) < self.settings.summarize_at:
             return None
         stored = [StoredMessage(message_id, new.role, new.content, new.tokens)
                   for message_id, new in zip(written.message_ids, new_messages, strict=True)]
         thread = state.thread
-        return PendingSummary(ref, state.user.user_id, secrets,
+        return PendingSummary(work.reading.ref, state.user.user_id, work.reading.secrets,
                               summary=thread.summary if thread else "",
                               version=thread.summary_version if thread else 0,
                               messages=[*state.messages, *stored], credits=credits,
                               low_credits=self._low_credits(state.user))
 
     # --- the agent loop ----------------------------------------------------------------------
-    async def _run_agent(self, turn: TurnContext, prompt: Prompt, secrets: tuple[str, ...],
-                         bill: TurnBill, run: _AgentRun,
-                         on_text: TextSink | None = None) -> None:
+    async def _run_agent(self, work: _Work) -> None:
         """Call the provider; while it asks for tools, run them and call again (bounded).
 
-        With ``on_text``, each call streams: ``on_text`` gets the text of the answer being
-        written so far (redacted), growing; a round that ends in tool calls is followed by a
-        new answer, which starts again from its first piece.
+        With the turn's ``on_text``, each call streams: ``on_text`` gets the text of the
+        answer being written so far (redacted), growing; a round that ends in tool calls is
+        followed by a new answer, which starts again from its first piece.
 
         Each call first reserves its worst case: with nothing left, the first call is a 402 (a
         429 ``credits_busy`` if other turns only hold what is left) and a later (tool) round
@@ -337,7 +356,11 @@ class Agent:
         oldest history units go first; only when none is left does the agent stop.
         """
         settings = self.settings
-        context = ToolContext(turn.user_id, turn.thread_id, turn.session_key)
+        prompt, bill, run, secrets = work.prompt, work.bill, work.run, work.reading.secrets
+        on_text = work.turn.on_text
+        turn = work.reading.context
+        context = ToolContext(turn.user_id, turn.thread_id, turn.session_key,
+                              tuple(work.reading.credentials))
         live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
         live_tokens = 0  # of live_exchange, counted once as each round adds to it
         for round_number in range(settings.max_tool_rounds + 1):
@@ -528,6 +551,24 @@ class Agent:
         return summary, completion
 
 
+def _thread_of(turn: Turn, state: TurnState) -> ThreadRef:
+    """The turn's thread as stored (its owner kept), or the turn's own when it is new. An API
+    caller may use only their own threads (404); a channel message joins its conversation
+    whoever started it."""
+    thread = state.thread
+    if thread is None:
+        return turn.ref
+    if thread.ref.user_id != turn.ref.user_id and not turn.from_channel:
+        raise NotFound(f"no thread {turn.ref.thread_id!r}", code="thread_not_found")
+    return thread.ref
+
+
+def _check_specialist(specialist: str | None, state: TurnState) -> None:
+    """404 when the turn names a specialist the user does not have."""
+    if specialist is not None and state.specialist_instructions is None:
+        raise NotFound(f"no specialist named {specialist!r}", code="specialist_not_found")
+
+
 def _starts_session(rotates: bool, active: bool, state: TurnState) -> bool:
     """Whether a turn starts a new session: its session rotates, or the conversation has
     history but no session file (rotated earlier: ``cloudybot sessions rotate``,
@@ -562,16 +603,16 @@ def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
     return add
 
 
-def _session_events(stored_message: str, reply: str, message_ids: list[int],
-                    run: _AgentRun, bill: TurnBill,
-                    rotation: Rotation | None) -> list[dict[str, Any]]:
+def _session_events(work: _Work, reply: str, message_ids: list[int]) -> list[dict[str, Any]]:
     """The turn as session events: user message, tool calls and results, reply, usage."""
+    run, rotation = work.run, work.reading.rotation
     user_id, reply_id = message_ids
     events: list[dict[str, Any]] = []
     if rotation is not None:
         events.append({"type": "rotation", "reason": rotation.reason,
                        "previous": rotation.name})
-    events.append({"type": "user", "content": stored_message, "messageId": user_id})
+    events.append({"type": "user", "content": work.reading.context.message,
+                   "messageId": user_id})
     round_number = 0
     for message in run.exchange:
         if message["role"] == "assistant":
@@ -590,5 +631,5 @@ def _session_events(stored_message: str, reply: str, message_ids: list[int],
     events.append(reply_event)
     events.append({"type": "usage", "promptTokens": run.prompt_tokens,
                    "completionTokens": run.completion_tokens,
-                   "credits": bill.spent, "calls": len(bill.charges)})
+                   "credits": work.bill.spent, "calls": len(work.bill.charges)})
     return events

@@ -20,20 +20,12 @@ from gateway.base.tokens import REPLY_PRIMING, TokenCounter
 from gateway.interfaces import PromptSection
 from gateway.memory.sessions import ToolExchange
 from gateway.store import StoredMessage
+from gateway.tools import Credential
 
 ROTATION_HINT = (
     "The agent session was just rotated: tool state from earlier turns is gone, but the "
     "conversation memory above is intact. Re-run any tool you need."
 )
-
-
-@dataclass(frozen=True)
-class Credential:
-    """A saved browser login, decrypted for this turn's prompt only."""
-
-    site: str
-    username: str
-    password: str
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,17 @@ import logging
 import weakref
 from typing import Any
 
-from gateway import Gateway, PluginSettings, PromptSection, hookimpl
-from gateway.accounts.secrets import open_credentials, redact
-from gateway.interfaces import TurnContext
-from gateway.memory.sessions import Rotation
-from gateway.tools import Tool, ToolContext
-from gateway.turn.prompt import Credential
+from gateway import (
+    PluginHost,
+    PluginSettings,
+    PromptSection,
+    Rotation,
+    Tool,
+    ToolContext,
+    TurnContext,
+    hookimpl,
+    redact,
+)
 
 from . import actions
 from .actions import ACTIONS, ActionError
@@ -50,13 +55,15 @@ PARAMETERS = {
     "required": ["action"],
 }
 
-_pools: weakref.WeakKeyDictionary[Gateway, BrowserPool] = weakref.WeakKeyDictionary()
-_unavailable: weakref.WeakKeyDictionary[Gateway, str] = weakref.WeakKeyDictionary()
+# By the host this plugin got from each gateway (tests run several gateways in one process).
+_pools: weakref.WeakKeyDictionary[PluginHost, BrowserPool] = weakref.WeakKeyDictionary()
+_unavailable: weakref.WeakKeyDictionary[PluginHost, str] = weakref.WeakKeyDictionary()
 
 
-def pool_of(gateway: Gateway) -> BrowserPool | None:
-    """The gateway's browser pool (None when the browser is off or cannot run)."""
-    return _pools.get(gateway)
+def pool_of(host: PluginHost) -> BrowserPool | None:
+    """The browser pool of the gateway ``host`` belongs to (None when the browser is off or
+    cannot run)."""
+    return _pools.get(host)
 
 
 @hookimpl
@@ -66,32 +73,33 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl
-def register_tools(gateway: Gateway) -> list[Tool]:
+def register_tools(host: PluginHost) -> list[Tool]:
     """The ``browser`` tool, when enabled and Playwright and Chromium are installed."""
-    settings = gateway.settings.plugin(BrowserSettings)
+    settings = host.settings.plugin(BrowserSettings)
     if not settings.enabled:
         return []
     reason = unavailable_reason(settings)
     if reason is not None:
         log.info("browser: the browser tool is not offered: %s", reason)
-        _unavailable[gateway] = reason
+        _unavailable[host] = reason
         return []
-    pool = BrowserPool(settings, gateway.store, gateway.clock)
-    _pools[gateway] = pool
+    pool = BrowserPool(settings, host)
+    _pools[host] = pool
 
     async def run(arguments: dict[str, Any], context: ToolContext) -> Any:
-        return await _run(gateway, pool, arguments, context)
+        return await _run(pool, arguments, context)
 
-    return [Tool(name="browser", description=DESCRIPTION, parameters=PARAMETERS, run=run)]
+    return [Tool(name="browser", description=DESCRIPTION, parameters=PARAMETERS, run=run,
+                 uses_saved_logins=True)]
 
 
 @hookimpl
-def prompt_sections(gateway: Gateway, turn: TurnContext) -> list[PromptSection]:
+def prompt_sections(host: PluginHost, turn: TurnContext) -> list[PromptSection]:
     """The hints layer's browser part: available or not (and why), the page this session
     has open."""
-    pool = _pools.get(gateway)
+    pool = _pools.get(host)
     if pool is None:
-        reason = _unavailable.get(gateway)
+        reason = _unavailable.get(host)
         if reason is None:
             return []  # turned off, or not loaded into this gateway
         return [PromptSection("after_hints", f"No web browser is available here: {reason}.")]
@@ -104,17 +112,17 @@ def prompt_sections(gateway: Gateway, turn: TurnContext) -> list[PromptSection]:
 
 
 @hookimpl
-async def session_rotated(gateway: Gateway, rotation: Rotation) -> None:
+async def session_rotated(host: PluginHost, rotation: Rotation) -> None:
     """A session ended (rotated, cleared, deleted, purged): its browser context goes with it."""
-    pool = _pools.get(gateway)
+    pool = _pools.get(host)
     if pool is not None:
         await pool.close(rotation.key, f"session {rotation.reason}")
 
 
 @hookimpl
-async def gateway_stopping(gateway: Gateway) -> None:
+async def gateway_stopping(host: PluginHost) -> None:
     """Close Chromium and everything it holds."""
-    pool = _pools.pop(gateway, None)
+    pool = _pools.pop(host, None)
     if pool is not None:
         await pool.aclose()
 
@@ -129,8 +137,7 @@ def _page_line(session: BrowserSession) -> str:
     return redact(f"{title} — {url}", tuple(session.filled))
 
 
-async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
-               context: ToolContext) -> Any:
+async def _run(pool: BrowserPool, arguments: dict[str, Any], context: ToolContext) -> Any:
     """One tool call: the action on the session's page, the minutes kept paid."""
     action = arguments.get("action")
     if action not in ACTIONS:
@@ -151,7 +158,7 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
         async with session.lock:
             await pool.keep_paid(session, context.user_id)
             try:
-                return await _perform(gateway, pool, session, action, arguments, context, url)
+                return await _perform(pool, session, arguments, context, url)
             finally:
                 session.last_used = pool.clock()
     except BrowserRefusal as refusal:
@@ -160,15 +167,12 @@ async def _run(gateway: Gateway, pool: BrowserPool, arguments: dict[str, Any],
         return f"error: {exc}"
 
 
-async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession, action: str,
-                   arguments: dict[str, Any], context: ToolContext, url: str) -> Any:
+async def _perform(pool: BrowserPool, session: BrowserSession, arguments: dict[str, Any],
+                   context: ToolContext, url: str) -> Any:
     from playwright.async_api import Error as PlaywrightError
 
+    action = arguments["action"]
     timeout = pool.settings.action_timeout_seconds
-
-    async def credentials() -> list[Credential]:
-        records = await gateway.store.list_credentials(context.user_id)
-        return open_credentials(gateway.secret_box, context.user_id, records)
 
     try:
         if action == "open":
@@ -180,7 +184,7 @@ async def _perform(gateway: Gateway, pool: BrowserPool, session: BrowserSession,
         elif action == "fill":
             result = await actions.fill(session, arguments)
         elif action == "fill_credential":
-            result = await actions.fill_credential(session, arguments, credentials)
+            result = await actions.fill_credential(session, arguments, context.saved_logins)
         elif action == "submit":
             result = await actions.submit(session, timeout)
         else:

@@ -9,14 +9,12 @@ echoing one (its text, its title, a URL after a GET form) never shows it.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gateway.base.errors import BadRequest
-from gateway.base.validation import site as saved_site
-from gateway.net.destinations import DestinationRefused, web_url
-from gateway.turn.prompt import Credential
+from gateway import BadRequest, Credential, DestinationRefused, web_url
+from gateway import valid_site as saved_site
 
 from .pool import BrowserSession
 
@@ -56,7 +54,6 @@ _FORM_TO_SUBMIT = """() => {
   return document.forms.length === 1 ? document.forms[0] : null;
 }"""
 
-Credentials = Callable[[], Awaitable[list[Credential]]]
 Check = Callable[[str, int], Awaitable[str]]
 
 
@@ -182,7 +179,7 @@ async def fill(session: BrowserSession, arguments: dict[str, Any]) -> dict[str, 
 
 
 async def fill_credential(session: BrowserSession, arguments: dict[str, Any],
-                          credentials: Credentials) -> str:
+                          saved_logins: Sequence[Credential]) -> str:
     """Fill the saved username and password of ``site`` into the page's login form, only on
     that site's own pages; neither passes through the model."""
     try:
@@ -194,7 +191,7 @@ async def fill_credential(session: BrowserSession, arguments: dict[str, Any],
     if here != site:
         raise ActionError(f"the page is on {here or 'no site'}, not {site}: open {site}'s "
                           "login page first (a saved login is only filled into its own site)")
-    saved = next((c for c in await credentials() if c.site.lower() == site), None)
+    saved = next((c for c in saved_logins if c.site.lower() == site), None)
     if saved is None:
         raise ActionError(f"there is no saved login for {site}")
     password_field = page.locator("input[type=password]:visible").first

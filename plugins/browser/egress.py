@@ -16,7 +16,8 @@ import contextlib
 import logging
 from urllib.parse import urlsplit
 
-from gateway.net.destinations import DestinationRefused, Resolver, addresses, system_resolver
+from gateway import DestinationRefused, Resolver, system_resolver
+from gateway import public_addresses as addresses
 
 log = logging.getLogger(__name__)
 HEAD_TIMEOUT_SECONDS = 30.0

@@ -19,11 +19,10 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gateway.store import Store
+from gateway import PluginHost
 
 from .egress import EgressProxy
 from .settings import BrowserSettings
@@ -83,11 +82,11 @@ class BrowserSession:
 class BrowserPool:
     """The browser contexts of one gateway process (see the module's docstring)."""
 
-    def __init__(self, settings: BrowserSettings, store: Store,
-                 clock: Callable[[], float], proxy: EgressProxy | None = None) -> None:
+    def __init__(self, settings: BrowserSettings, host: PluginHost,
+                 proxy: EgressProxy | None = None) -> None:
         self.settings = settings
-        self.store = store
-        self.clock = clock
+        self.host = host
+        self.clock = host.now
         self.proxy = proxy or EgressProxy(settings.allow_private)
         self.sessions: dict[str, BrowserSession] = {}
         self._playwright: Playwright | None = None
@@ -157,7 +156,7 @@ class BrowserPool:
         closed_at = min(self.clock(), session.last_used + self.settings.idle_minutes * MINUTE)
         unpaid = session.minutes_used(closed_at) - session.minutes
         if unpaid > 0:
-            session.minutes += await self.store.take_minutes(session.user_id, key, unpaid)
+            session.minutes += await self.host.take_browser_minutes(session.user_id, key, unpaid)
         log.info("browser: closed the context of %s (%s; %d minute(s) charged)", key, reason,
                  session.minutes)
 
@@ -181,7 +180,7 @@ class BrowserPool:
         due = session.minutes_started(self.clock()) - session.minutes
         if due <= 0:
             return True
-        taken = await self.store.take_minutes(session.user_id, session.key, due)
+        taken = await self.host.take_browser_minutes(session.user_id, session.key, due)
         session.minutes += taken
         return taken == due
 

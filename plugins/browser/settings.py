@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway import setting
-from gateway.config import options
+from gateway import options, setting
 
 DEFAULT_EXECUTABLE = Path("/usr/bin/chromium")
 INSTALL_HINT = "pip install 'cloudybot[browser]'"

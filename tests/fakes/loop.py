@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from gateway import Channel, Gateway, hookimpl
+from gateway import Channel, PluginHost, hookimpl
 from gateway.interfaces import Attachment, Image
 from gateway.kit.inbound import InboundMessage
 
@@ -31,7 +31,7 @@ class LoopChannel(Channel):
         self._arrived = asyncio.Condition()
 
     @hookimpl
-    def register_channels(self, gateway: Gateway) -> list[Channel]:
+    def register_channels(self, host: PluginHost) -> list[Channel]:
         """This channel, as a plugin."""
         return [self]
 

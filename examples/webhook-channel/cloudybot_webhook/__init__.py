@@ -19,8 +19,8 @@ from gateway import (
     Channel,
     DeliveryFailed,
     DeliveryRetry,
-    Gateway,
     InboundMessage,
+    PluginHost,
     PluginSettings,
     Unauthorized,
     hookimpl,
@@ -72,9 +72,9 @@ class WebhookChannel(Channel):
 
     name = NAME
 
-    def __init__(self, gateway: Gateway) -> None:
-        settings = gateway.settings.plugin(WebhookSettings)
-        self.gateway = gateway
+    def __init__(self, host: PluginHost) -> None:
+        settings = host.settings.plugin(WebhookSettings)
+        self.host = host
         self.secret = settings.secret
         self.callback_url = settings.callback_url
         self._session: aiohttp.ClientSession | None = None
@@ -123,7 +123,7 @@ class WebhookChannel(Channel):
         text = payload.get("text")
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("text must be a non-empty string", code="invalid_text")
-        await self.gateway.receive(InboundMessage(
+        await self.host.receive(InboundMessage(
             channel=NAME, conversation=f"{NAME}:{conversation}", sender=f"{NAME}:{sender}",
             message_id=message_id, text=text,
             address={"inReplyTo": message_id, "conversation": conversation},
@@ -151,6 +151,6 @@ def plugin_settings() -> PluginSettings:
 
 
 @hookimpl
-def register_channels(gateway: Gateway) -> list[Channel]:
+def register_channels(host: PluginHost) -> list[Channel]:
     """Register the webhook channel (inactive until configured)."""
-    return [WebhookChannel(gateway)]
+    return [WebhookChannel(host)]
