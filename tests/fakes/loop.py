@@ -29,10 +29,12 @@ class LoopChannel(Channel):
         self.files: dict[str, bytes] = {}  # pictures by id, for fetch()
         self.fetched: list[str] = []
         self._arrived = asyncio.Condition()
+        self.host: PluginHost | None = None  # set when a gateway loads it
 
     @hookimpl
     def register_channels(self, host: PluginHost) -> list[Channel]:
-        """This channel, as a plugin."""
+        """This channel, as a plugin (keeping the host it got, for the tests)."""
+        self.host = host
         return [self]
 
     def message(self, message_id: str, text: str, conversation: str = "loop:c1",
