@@ -30,7 +30,7 @@ from gateway.billing.credits import period_bounds
 from gateway.cli.completion import bash_script
 from gateway.cli.progress import Tick, progress_bar
 from gateway.cli.scaffold import write_plugin
-from gateway.config.settings import Settings, load_settings
+from gateway.config.settings import Settings, load_settings, plugins_disabled
 from gateway.gateway import Gateway
 from gateway.memory.sessions import Sessions, SessionStore, parse_events, unobserved
 from gateway.plugins.manager import (
@@ -38,6 +38,7 @@ from gateway.plugins.manager import (
     declared_settings,
     describe_plugins,
     make_plugin_manager,
+    plugin_names,
 )
 from gateway.store import Delivery, ExpiredThread, User
 from gateway.store.backends import store_for
@@ -46,12 +47,18 @@ T = TypeVar("T")
 LIST_PAGE = 500  # accounts read at a time by users list
 
 
-def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
-    """The installed plugins, and the settings (core and plugins') from the file and the
-    environment."""
+def _config_path(args: argparse.Namespace) -> Path | None:
+    """The config file: ``--config``, else ``$CLOUDYBOT_CONFIG``, else none (built-ins)."""
     path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
-    pm = make_plugin_manager()
-    return load_settings(Path(path) if path else None, plugins=declared_settings(pm)), pm
+    return Path(path) if path else None
+
+
+def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
+    """The installed plugins but those the configuration disables (never imported), and the
+    settings (core and plugins') from the file and the environment."""
+    path = _config_path(args)
+    pm = make_plugin_manager(disabled=plugins_disabled(path))
+    return load_settings(path, plugins=declared_settings(pm), installed=plugin_names(pm)), pm
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -377,6 +384,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(f"{name:<16} FAILED TO LOAD: {error}")
     for info in asyncio.run(describe_plugins(Gateway(settings, pm))):
         print(f"{info.name:<16} {info.distribution:<24} {info.module}")
+        if info.disabled:
+            print(f"{'':<16} disabled: not loaded")
+            continue
         print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
         for channel, enabled in info.channels:
             print(f"{'':<16} channel {channel}: {'enabled' if enabled else 'off'}")
