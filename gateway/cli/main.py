@@ -386,8 +386,9 @@ def cmd_sessions_rotate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List loaded plugins, built-in and third-party: the hooks each implements, the channels
-    it offers (enabled or not) and its settings as configured (secrets masked)."""
+    """List plugins, built-in and third-party: the hooks each implements, the channels it
+    offers (enabled or not) and its settings as configured (secrets masked); a disabled one
+    as such."""
     settings, pm = _load(args)
     for name, error in pm.load_failures.items():  # serve would refuse to start
         print(f"{name:<16} FAILED TO LOAD: {error}")

@@ -79,7 +79,8 @@ def make_plugin_manager(*, load_entry_points: bool = True,
 
 
 def load_entry_point_plugins(pm: PluginManager) -> list[str]:
-    """Register every plugin of the ``cloudybot`` entry-point group; return the names skipped."""
+    """Register every plugin of the ``cloudybot`` entry-point group; return the names skipped
+    (failed). A blocked (disabled) name is passed over without importing its entry point."""
     skipped = []
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         pm.entry_points.setdefault(entry_point.name, entry_point.value)
