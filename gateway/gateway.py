@@ -90,14 +90,18 @@ class Gateway:
     :meth:`load_plugins`, its channels, tools and commands (an HTTP app needs the channels'
     routes before it starts). Started, it also has what ``start()`` builds in one piece: the
     provider, the token counter, the secret box, the session files and the :class:`Agent`;
-    asking for one of those before then raises :class:`NotStarted`.
+    asking for one of those before then raises :class:`NotStarted`. The plugins its settings
+    disable are blocked in its plugin manager (unregistered if it had loaded them).
     """
 
     def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
                  store: Store | None = None, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.clock = clock
-        self.pm = pm if pm is not None else make_plugin_manager()
+        self.pm = pm if pm is not None else make_plugin_manager(
+            disabled=settings.disabled_plugins)
+        for name in settings.disabled_plugins:  # unregistered, if the caller had loaded it
+            self.pm.set_blocked(name)
         self.store: Store = store if store is not None else store_for(settings, clock)
         self.accounts = Accounts(settings, self.store, clock)
         self.hooks = PluginHooks(self.pm, self.host_for)
@@ -200,6 +204,10 @@ class Gateway:
         files and the agent that uses them."""
         assert self._providers is not None
         wanted = self.settings.llm_provider
+        if wanted not in self._providers and wanted in self.settings.disabled_plugins:
+            raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER is {wanted!r}, a disabled plugin: "
+                              f"enable it (cloudybot plugins enable {wanted}, or leave it out "
+                              "of CLOUDYBOT_PLUGINS_DISABLED) or choose another provider")
         if wanted not in self._providers:
             known = ", ".join(sorted(self._providers)) or "none"
             raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "

@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.cli.switch import CannotEdit, set_enabled
 from tests.conftest import Harness
 from tests.helpers import assert_one_line_error, cli_env
 
@@ -168,6 +169,123 @@ def test_plugins_lists_the_builtins(data_dir: Path) -> None:
     assert "plugins.openai" in result.stdout
 
 
+CONFIG_WITH_COMMENTS = """\
+# Production: keep this file in git.
+[server]
+port = 8081  # behind the proxy
+
+[plugins.telegram]  # our support bot
+# the token comes from the environment
+group_mode = "all"
+
+[plans.free]
+credits = 50
+"""
+
+
+def test_plugins_disable_then_enable_edits_only_the_enabled_line(data_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    config = tmp_path / "prod.toml"
+    config.write_text(CONFIG_WITH_COMMENTS, encoding="utf-8")
+    config.chmod(0o600)  # it may hold secrets: the edit keeps the mode
+
+    disabled = cloudybot(data_dir, "plugins", "disable", "telegram", "--config", str(config))
+
+    assert disabled.returncode == 0, disabled.stderr
+    assert "a running gateway picks this up when restarted" in disabled.stdout
+    assert config.read_text(encoding="utf-8") == CONFIG_WITH_COMMENTS.replace(
+        "# our support bot\n", "# our support bot\nenabled = false\n")
+    assert config.stat().st_mode & 0o777 == 0o600
+    listed = cloudybot(data_dir, "--config", str(config), "plugins")
+    assert listed.returncode == 0, listed.stderr
+    assert ("disabled: not loaded (cloudybot plugins enable telegram loads it)"
+            in listed.stdout)
+    assert "channel telegram" not in listed.stdout
+    again = cloudybot(data_dir, "--config", str(config), "plugins", "disable", "telegram")
+    assert "already disabled" in again.stdout
+
+    enabled = cloudybot(data_dir, "--config", str(config), "plugins", "enable", "telegram")
+
+    assert enabled.returncode == 0, enabled.stderr
+    assert config.read_text(encoding="utf-8") == CONFIG_WITH_COMMENTS.replace(
+        "# our support bot\n", "# our support bot\nenabled = true\n")
+    tools = cloudybot(data_dir, "--config", str(config), "plugins", "disable", "tools")
+    assert tools.returncode == 0, tools.stderr
+    assert config.read_text(encoding="utf-8").endswith(
+        'credits = 50\n\n[plugins.tools]\nenabled = false\n')
+    assert config.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(("args", "code", "expected"), [
+    (("plugins", "disable", "telegramm"), 1,
+     "cloudybot: no installed plugin is named 'telegramm' (did you mean 'telegram'?"),
+    (("plugins", "enable", "pigeon"), 1, "cloudybot: no installed plugin is named 'pigeon'"),
+])
+def test_plugins_enable_and_disable_refuse_an_unknown_name(
+        data_dir: Path, tmp_path: Path, args: tuple[str, ...], code: int,
+        expected: str) -> None:
+    config = tmp_path / "prod.toml"
+    config.write_text(CONFIG_WITH_COMMENTS, encoding="utf-8")
+    line = assert_one_line_error(cloudybot(data_dir, "--config", str(config), *args), code)
+    assert line.startswith(expected)
+    assert config.read_text(encoding="utf-8") == CONFIG_WITH_COMMENTS
+
+
+def test_plugins_disable_needs_a_config_file_and_valid_toml(data_dir: Path,
+                                                            tmp_path: Path) -> None:
+    line = assert_one_line_error(cloudybot(data_dir, "plugins", "disable", "telegram"), 1)
+    assert "no config file to edit: pass --config FILE" in line
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\n", encoding="utf-8")
+    line = assert_one_line_error(
+        cloudybot(data_dir, "plugins", "disable", "telegram", CLOUDYBOT_CONFIG=str(broken)), 2)
+    assert f"config file {broken} is not valid TOML" in line
+    made = tmp_path / "new.toml"
+    result = cloudybot(data_dir, "plugins", "disable", "slack", "--config", str(made))
+    assert result.returncode == 0, result.stderr
+    assert made.read_text(encoding="utf-8") == "[plugins.slack]\nenabled = false\n"
+
+
+def test_plugins_says_which_variable_disabled_a_plugin(data_dir: Path) -> None:
+    result = cloudybot(data_dir, "plugins", CLOUDYBOT_PLUGINS_DISABLED="slack")
+    assert result.returncode == 0, result.stderr
+    assert "disabled: not loaded (CLOUDYBOT_PLUGINS_DISABLED names it)" in result.stdout
+    assert "channel slack" not in result.stdout
+
+
+@pytest.mark.parametrize(("text", "enabled", "expected"), [
+    ("[plugins.slack]\r\nenabled = true  # for now\r\n", False,
+     "[plugins.slack]\r\nenabled = false  # for now\r\n"),
+    ("[ plugins . 'slack' ] # chat\nbot_token = ''", False,
+     "[ plugins . 'slack' ] # chat\nenabled = false\nbot_token = ''"),
+    ("[plugins.slack]", False, "[plugins.slack]\nenabled = false\n"),
+    ('[plugins.slack]\n"enabled" = "no"\n', True, '[plugins.slack]\n"enabled" = true\n'),
+    ("[plugins.slack]\n[plugins.telegram]\nenabled = false\n", False,
+     "[plugins.slack]\nenabled = false\n[plugins.telegram]\nenabled = false\n"),
+    ("x = 1", False, 'x = 1\n\n[plugins."my.plugin"]\nenabled = false\n'),
+])
+def test_the_edit_changes_one_line_and_nothing_else(text: str, enabled: bool,
+                                                    expected: str) -> None:
+    name = "my.plugin" if "x = 1" in text else "slack"
+    assert set_enabled(text, name, enabled) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "[plugins]\nslack = { bot_token = '' }\n",  # an inline table
+    "plugins.slack.bot_token = ''\n",  # dotted keys
+    "[plugins.slack]\nenabled = [\n  true,\n]\n",  # not a one-line value
+])
+def test_a_table_the_edit_cannot_change_safely_is_left_alone(text: str) -> None:
+    with pytest.raises(CannotEdit):
+        set_enabled(text, "slack", False)
+
+
+def test_the_edit_changes_nothing_already_so() -> None:
+    assert set_enabled("", "slack", True) is None
+    assert set_enabled("[plugins.slack]\nbot_token = ''\n", "slack", True) is None
+    assert set_enabled("[plugins.slack]\nenabled = false\n", "slack", False) is None
+
+
 # --- serve ---------------------------------------------------------------------------------------
 def test_serve_with_bad_max_context_exits_2_with_one_line(data_dir: Path) -> None:
     result = cloudybot(data_dir, "serve", MAX_CONTEXT="abc")
@@ -180,6 +298,14 @@ def test_serve_with_unknown_provider_exits_2_with_one_line(data_dir: Path) -> No
                        CLOUDYBOT_PORT=str(free_port()))
     line = assert_one_line_error(result, 2)
     assert "no-such-provider" in line
+
+
+def test_serve_with_the_selected_provider_disabled_exits_2_with_one_line(data_dir: Path) -> None:
+    result = cloudybot(data_dir, "serve", CLOUDYBOT_LLM_PROVIDER="anthropic",
+                       CLOUDYBOT_PLUGINS_DISABLED="anthropic", CLOUDYBOT_PORT=str(free_port()))
+    line = assert_one_line_error(result, 2)
+    assert line.startswith("cloudybot: config error: CLOUDYBOT_LLM_PROVIDER is 'anthropic', a "
+                           "disabled plugin")
 
 
 def test_serve_with_missing_config_file_exits_2_with_one_line(data_dir: Path) -> None:

@@ -14,8 +14,14 @@ import pytest
 from gateway import Channel, Gateway, PluginHost, PluginSettings, hookimpl, setting
 from gateway.base.errors import ConfigError, PluginError
 from gateway.config import options
-from gateway.config.settings import Settings, load_settings
-from gateway.plugins.manager import PluginManager, declared_settings, describe_plugins
+from gateway.config.settings import Settings, load_settings, plugins_disabled
+from gateway.plugins.manager import (
+    PluginManager,
+    declared_settings,
+    describe_plugins,
+    make_plugin_manager,
+    plugin_names,
+)
 from tests.helpers import assert_one_line_error, cli_env
 
 SECRET_TOKEN = "pigeon-secret-token-4711"
@@ -169,6 +175,107 @@ async def test_the_channel_reads_them_and_describe_shows_state_and_masked_secret
     assert infos["pigeon"].channels == (("pigeon", False),)
     assert "[plugins.pigeon] token = (not set)  (CLOUDYBOT_PIGEON_TOKEN)" in \
         infos["pigeon"].settings
+
+
+# --- [plugins.NAME] enabled: switching a plugin off ---------------------------------------------
+def load_all(pm: PluginManager, text: str = "", tmp_path: Path | None = None,
+             **env: str) -> Settings:
+    """As ``cloudybot`` loads them: every plugin ``pm`` knows may be named."""
+    path = None
+    if text:
+        assert tmp_path is not None
+        path = tmp_path / "cloudybot.toml"
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return load_settings(path, env=env, plugins=declared_settings(pm),
+                         installed=plugin_names(pm))
+
+
+def test_enabled_is_accepted_in_every_plugin_table(pigeon_pm: PluginManager,
+                                                   tmp_path: Path) -> None:
+    settings = load_all(pigeon_pm, """
+        [plugins.pigeon]
+        enabled = true
+        birds = 5
+        [plugins.tools]  # declares no settings
+        enabled = true
+        """, tmp_path)
+    assert settings.plugin(PigeonSettings).birds == 5
+    assert settings.disabled_plugins == frozenset()
+
+
+def test_a_disabled_plugins_table_is_kept_but_not_read(pigeon_pm: PluginManager,
+                                                       tmp_path: Path) -> None:
+    text = """
+        [plugins.pigeon]
+        enabled = false
+        birdz = "a typo: never read while the plugin is off"
+        birds = 0
+        """
+    settings = load_all(pigeon_pm, text, tmp_path, CLOUDYBOT_PIGEON_FAST="not even a flag")
+    assert settings.disabled_plugins == {"pigeon"}
+    assert "pigeon" not in settings.plugins
+    assert plugins_disabled(tmp_path / "cloudybot.toml", {}) == {"pigeon"}
+
+
+def test_the_environment_disables_too_with_a_comma_separated_list(
+        pigeon_pm: PluginManager, tmp_path: Path) -> None:
+    env = {"CLOUDYBOT_PLUGINS_DISABLED": " pigeon , tools,,"}
+    settings = load_all(pigeon_pm, "[plugins.slack]\nenabled = false\n", tmp_path, **env)
+    assert settings.disabled_plugins == {"pigeon", "tools", "slack"}
+    assert plugins_disabled(tmp_path / "cloudybot.toml", env) == {"pigeon", "tools", "slack"}
+    assert load_all(pigeon_pm, CLOUDYBOT_PLUGINS_DISABLED="").disabled_plugins == frozenset()
+
+
+def test_the_default_provider_is_never_a_disabled_openai(pm: PluginManager) -> None:
+    assert load_all(pm, OPENAI_API_KEY="sk-x").llm_provider == "openai"
+    assert load_all(pm, OPENAI_API_KEY="sk-x",
+                    CLOUDYBOT_PLUGINS_DISABLED="openai").llm_provider == "offline"
+
+
+@pytest.mark.parametrize(("text", "env", "names"), [
+    ("[plugins.tools]\nenabled = true\ncolour = 'red'\n", {},
+     ("[plugins.tools]", "colour", "plugin 'tools' declares no settings", "only enabled")),
+    ("[plugins.pigeon]\nenabled = 'maybe'\n", {},
+     ("[plugins.pigeon] enabled", "true or false", "'maybe'")),
+    ("[plugins.pidgeon]\nenabled = false\n", {},
+     ("[plugins.pidgeon]", "no installed plugin is named 'pidgeon'", "did you mean 'pigeon'",
+      "remove the table")),
+    ("", {"CLOUDYBOT_PLUGINS_DISABLED": "tools,pidgeon"},
+     ("CLOUDYBOT_PLUGINS_DISABLED", "'pidgeon'", "did you mean 'pigeon'", "take it out")),
+])
+def test_switch_mistakes_are_one_line_config_errors_saying_what_to_do(
+        pigeon_pm: PluginManager, tmp_path: Path, text: str, env: dict[str, str],
+        names: tuple[str, ...]) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_all(pigeon_pm, text, tmp_path, **env)
+    message = raised.value.message
+    assert "\n" not in message
+    for name in names:
+        assert name in message
+
+
+@pytest.mark.parametrize(("text", "env", "loaded", "tool_setting"), [
+    ("", {}, True, True),
+    ("[plugins.browser]\nenabled = false\n", {}, False, None),
+    # the plugin-level switch wins: the browser's own variable cannot load it
+    ("[plugins.browser]\nenabled = false\n", {"CLOUDYBOT_BROWSER_ENABLED": "true"}, False,
+     None),
+    # the browser's own setting: loaded, its tool not offered
+    ("", {"CLOUDYBOT_BROWSER_ENABLED": "false"}, True, False),
+    ("[plugins.browser]\nenabled = true\n", {"CLOUDYBOT_BROWSER_ENABLED": "false"}, True,
+     False),
+])
+def test_the_browsers_own_enabled_setting_and_the_switch(
+        tmp_path: Path, text: str, env: dict[str, str], loaded: bool,
+        tool_setting: bool | None) -> None:
+    path = tmp_path / "cloudybot.toml"
+    path.write_text(text, encoding="utf-8")
+    pm = make_plugin_manager(disabled=plugins_disabled(path, env))
+    settings = load_settings(path, env=env, plugins=declared_settings(pm),
+                             installed=plugin_names(pm))
+    assert (pm.get_plugin("browser") is not None) is loaded
+    browser = settings.plugins.get("browser")
+    assert (None if browser is None else browser.enabled) is tool_setting
 
 
 def plugins_cli(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

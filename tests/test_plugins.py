@@ -664,6 +664,88 @@ async def test_third_party_channel_routes_are_served_and_it_starts_and_stops(
     assert events == ["start", "stop"]
 
 
+# --- switching a plugin off ---------------------------------------------------------------------
+def offered_tools(fake_llm: FakeLLM) -> set[str]:
+    """The tools the last chat request offered the model."""
+    return {tool["function"]["name"] for tool in fake_llm.chat_requests[-1].body.get("tools", [])}
+
+
+@pytest.mark.parametrize(("disabled", "offered"), [("", True), ("tools", False),
+                                                   (" commands , tools ", False)])
+async def test_a_disabled_builtin_tool_is_not_offered_to_the_model(
+        start_gateway: StartGateway, fake_llm: FakeLLM, disabled: str, offered: bool) -> None:
+    harness = await start_gateway(plugins_disabled=disabled)  # CLOUDYBOT_PLUGINS_DISABLED
+    auth = await harness.user()
+
+    response = await harness.chat(auth, "what time is it?")
+
+    assert response.status == 200, await response.text()
+    assert ({"calculator", "current_time"} <= offered_tools(fake_llm)) is offered
+    assert ("calculator" in harness.gateway.tools) is offered
+    assert (harness.gateway.pm.get_plugin("tools") is not None) is offered
+
+
+@pytest.mark.parametrize("disabled", ["", "slack"])
+async def test_a_disabled_channel_serves_no_routes(
+        start_slack: StartGateway, disabled: str) -> None:
+    harness = await start_slack(plugins_disabled=disabled)
+
+    response = await harness.client.post("/slack/events", data=b"{}")
+
+    assert (response.status == 404) is bool(disabled), response.status
+    assert ("slack" in harness.gateway.channels) is not bool(disabled)
+
+
+async def test_a_disabled_plugin_is_never_imported(site_dir: Path) -> None:
+    install_distribution(site_dir, "cloudybot-fake-off", {
+        "fake_off_broken": 'raise ImportError("no module named pigeons")\n',
+        "fake_off_good": GOOD_PLUGIN,
+    })
+    pm = make_plugin_manager(disabled={"fake_off_broken", "fake_off_good"})
+
+    assert pm.load_failures == {}
+    assert "fake_off_broken" not in sys.modules
+    assert pm.get_plugin("fake_off_good") is None
+    settings = load_settings(None, env={
+        "CLOUDYBOT_PLUGINS_DISABLED": "fake_off_broken,fake_off_good"}, installed={
+        "fake_off_broken", "fake_off_good"})
+    gateway = Gateway(settings, pm)
+    await gateway.load_plugins()  # a failed import would refuse here
+    infos = {info.name: info for info in await describe_plugins(gateway)}
+    assert infos["fake_off_broken"].disabled
+    assert infos["fake_off_broken"].module == "fake_off_broken"
+    assert infos["fake_off_broken"].distribution == "cloudybot-fake-off 1.0"
+    assert infos["fake_off_good"].hooks == ()
+
+
+async def test_a_gateway_blocks_what_its_settings_disable_in_a_manager_that_loaded_it(
+        pm: PluginManager, tmp_path: Path) -> None:
+    assert pm.get_plugin("tools") is not None
+    settings = load_settings(None, env={"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"),
+                                        "CLOUDYBOT_PLUGINS_DISABLED": "tools"},
+                             installed={"tools"})
+    gateway = Gateway(settings, pm)
+    await gateway.load_plugins()
+
+    assert pm.get_plugin("tools") is None
+    assert "calculator" not in gateway.tools
+
+
+async def test_a_disabled_provider_selected_is_a_config_error_naming_it(
+        tmp_path: Path, pm: PluginManager) -> None:
+    settings = load_settings(None, env={"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"),
+                                        "CLOUDYBOT_LLM_PROVIDER": "anthropic",
+                                        "CLOUDYBOT_PLUGINS_DISABLED": "anthropic"},
+                             installed={"anthropic"})
+    gateway = Gateway(settings, pm)
+    with pytest.raises(ConfigError) as raised:
+        await gateway.start()
+    assert raised.value.message.startswith("CLOUDYBOT_LLM_PROVIDER is 'anthropic', a disabled "
+                                           "plugin: enable it (cloudybot plugins enable "
+                                           "anthropic")
+    assert not gateway.accepting
+
+
 # --- the public surface ------------------------------------------------------------------------
 # Every built-in plugin (channels, providers, tools, commands) and the example plugin: they are
 # written as a third party would write them, on ``gateway``'s public names alone.

@@ -34,14 +34,21 @@ BROKEN_CHANNEL = """\
     """
 
 
+def serve_env(tmp_path: Path, site: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a ``cloudybot serve`` on a free port (plugins: the installed ones,
+    and those in ``site``); ``extra`` added."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in PROXY_VARIABLES and not key.startswith("CLOUDYBOT_")}
+    env.update({"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"), "CLOUDYBOT_PORT": "0", **extra})
+    if site is not None:
+        env["PYTHONPATH"] = str(site)
+    return env
+
+
 async def serve_until_exit(tmp_path: Path, site: Path | None = None) -> tuple[int, str]:
     """Run ``cloudybot serve`` (its plugins: the installed ones, and those in ``site``) until
     it exits; (exit code, stderr)."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in PROXY_VARIABLES and not key.startswith("CLOUDYBOT_")}
-    env.update({"CLOUDYBOT_DATA_DIR": str(tmp_path / "data"), "CLOUDYBOT_PORT": "0"})
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
+    env = serve_env(tmp_path, site)
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.cli", "serve", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -68,6 +75,27 @@ async def test_a_broken_plugin_stops_serve_with_one_line(tmp_path: Path, module:
     assert code == 1
     assert stderr.strip().splitlines()[-1] == f"cloudybot: {expected}"
     assert "serving on" not in stderr
+
+
+async def test_a_disabled_plugin_that_fails_to_import_does_not_stop_serve(
+        tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(site, "cloudybot-fake-off", {
+        "fake_unimportable_off": 'raise ImportError("no module named pigeons")\n'})
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "serve",
+        env=serve_env(tmp_path, site, CLOUDYBOT_PLUGINS_DISABLED="fake_unimportable_off"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert child.stdout is not None
+    try:
+        started = await asyncio.wait_for(child.stdout.readline(), 60)
+    finally:
+        if child.returncode is None:
+            child.terminate()
+        _, stderr = await asyncio.wait_for(child.communicate(), 60)
+    assert "cloudybot: serving on" in started.decode(), stderr.decode()
+    assert "pigeons" not in stderr.decode()
 
 
 async def test_a_plugin_failing_to_build_its_tool_stops_start(
@@ -112,3 +140,13 @@ async def test_plugins_lists_a_plugin_that_failed_to_load_and_exits_1(tmp_path: 
     assert ("fake_broken_listed FAILED TO LOAD: ImportError: no module named pigeons"
             in stdout.decode())
     assert "dashboard" in stdout.decode()  # the rest is still listed
+
+    env["CLOUDYBOT_PLUGINS_DISABLED"] = "fake_broken_listed"  # disabled: never imported
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "plugins", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, _ = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0
+    assert "FAILED" not in stdout.decode()
+    assert ("disabled: not loaded (CLOUDYBOT_PLUGINS_DISABLED names it)"
+            in stdout.decode())

@@ -1,11 +1,12 @@
 """The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan,
-plans, usage, purge, deliveries, sessions list|show|export|rotate, migrate, plugins, new-plugin,
-completion."""
+plans, usage, purge, deliveries, sessions list|show|export|rotate, migrate, plugins
+[enable|disable], new-plugin, completion."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import logging
 import os
@@ -30,7 +31,14 @@ from gateway.billing.credits import period_bounds
 from gateway.cli.completion import bash_script
 from gateway.cli.progress import Tick, progress_bar
 from gateway.cli.scaffold import write_plugin
-from gateway.config.settings import Settings, load_settings
+from gateway.cli.switch import switch_plugin
+from gateway.config.settings import (
+    ENABLED_KEY,
+    PLUGINS_DISABLED_VARIABLE,
+    Settings,
+    load_settings,
+    plugins_disabled,
+)
 from gateway.gateway import Gateway
 from gateway.memory import sessions_for
 from gateway.memory.sessions import Sessions, parse_events
@@ -38,7 +46,9 @@ from gateway.plugins.manager import (
     PluginManager,
     declared_settings,
     describe_plugins,
+    installed_plugins,
     make_plugin_manager,
+    plugin_names,
 )
 from gateway.store import Delivery, ExpiredThread, User
 from gateway.store.backends import store_for
@@ -47,12 +57,18 @@ T = TypeVar("T")
 LIST_PAGE = 500  # accounts read at a time by users list
 
 
-def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
-    """The installed plugins, and the settings (core and plugins') from the file and the
-    environment."""
+def _config_path(args: argparse.Namespace) -> Path | None:
+    """The config file: ``--config``, else ``$CLOUDYBOT_CONFIG``, else none (built-ins)."""
     path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
-    pm = make_plugin_manager()
-    return load_settings(Path(path) if path else None, plugins=declared_settings(pm)), pm
+    return Path(path) if path else None
+
+
+def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
+    """The installed plugins but those the configuration disables (never imported), and the
+    settings (core and plugins') from the file and the environment."""
+    path = _config_path(args)
+    pm = make_plugin_manager(disabled=plugins_disabled(path))
+    return load_settings(path, plugins=declared_settings(pm), installed=plugin_names(pm)), pm
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -368,19 +384,56 @@ def cmd_sessions_rotate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List loaded plugins, built-in and third-party: the hooks each implements, the channels
-    it offers (enabled or not) and its settings as configured (secrets masked)."""
+    """List plugins, built-in and third-party: the hooks each implements, the channels it
+    offers (enabled or not) and its settings as configured (secrets masked); a disabled one
+    as such."""
     settings, pm = _load(args)
     for name, error in pm.load_failures.items():  # serve would refuse to start
         print(f"{name:<16} FAILED TO LOAD: {error}")
     for info in asyncio.run(describe_plugins(Gateway(settings, pm))):
         print(f"{info.name:<16} {info.distribution:<24} {info.module}")
+        if info.disabled:
+            how = (f"{PLUGINS_DISABLED_VARIABLE} names it" if info.name in _env_disabled()
+                   else f"cloudybot plugins enable {info.name} loads it")
+            print(f"{'':<16} disabled: not loaded ({how})")
+            continue
         print(f"{'':<16} hooks: {', '.join(info.hooks) or '(none)'}")
         for channel, enabled in info.channels:
             print(f"{'':<16} channel {channel}: {'enabled' if enabled else 'off'}")
         for line in info.settings:
             print(f"{'':<16} {line}")
     return 1 if pm.load_failures else 0
+
+
+def _env_disabled() -> set[str]:
+    """The plugins ``CLOUDYBOT_PLUGINS_DISABLED`` names in this environment."""
+    return {name.strip() for name in os.environ.get(PLUGINS_DISABLED_VARIABLE, "").split(",")}
+
+
+def cmd_plugins_switch(args: argparse.Namespace) -> int:
+    """``plugins enable|disable NAME``: set ``[plugins.NAME] enabled`` in the config file
+    (made if missing), the rest of the file kept as it is."""
+    enabled = args.plugins_command == "enable"
+    path = _config_path(args)
+    if path is None:
+        raise GatewayError("no config file to edit: pass --config FILE (or set "
+                           "CLOUDYBOT_CONFIG), the file the gateway is started with")
+    installed = installed_plugins()
+    if args.name not in installed:
+        close = difflib.get_close_matches(args.name, installed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise GatewayError(f"no installed plugin is named {args.name!r} ({hint}installed: "
+                           f"{', '.join(installed) or 'none'})")
+    state = "enabled" if enabled else "disabled"
+    if switch_plugin(path, args.name, enabled):
+        print(f"{state} plugin {args.name} in {path} ([plugins.{args.name}] {ENABLED_KEY} = "
+              f"{str(enabled).lower()}); a running gateway picks this up when restarted")
+    else:
+        print(f"plugin {args.name} is already {state} in {path}; nothing changed")
+    if enabled and args.name in _env_disabled():
+        print(f"note: {PLUGINS_DISABLED_VARIABLE} names {args.name} in this environment: it "
+              "stays disabled wherever that is set")
+    return 0
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
@@ -538,8 +591,18 @@ def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser)
         "completion", help="print shell completion: eval \"$(cloudybot completion bash)\"")
     completion.add_argument("shell", choices=["bash"])
     completion.set_defaults(handler=cmd_completion)
-    plugins = commands.add_parser("plugins", parents=[common], help="list loaded plugins")
+    plugins = commands.add_parser("plugins", parents=[common], help="list plugins; enable "
+                                  "or disable one in the config file")
     plugins.set_defaults(handler=cmd_plugins)
+    switches = plugins.add_subparsers(dest="plugins_command")
+    for verb, does in (("enable", "load it (from the next start)"),
+                       ("disable", "do not load it at all (from the next start)")):
+        switch = switches.add_parser(verb, parents=[common],
+                                     help=f"[plugins.NAME] {ENABLED_KEY} in the config file: "
+                                          f"{does}")
+        switch.add_argument("name", metavar="NAME", help="the plugin, as `cloudybot plugins` "
+                            "lists it")
+        switch.set_defaults(handler=cmd_plugins_switch)
     scaffold = commands.add_parser("new-plugin",
                                    help="write a channel plugin package to start from")
     scaffold.add_argument("name", help="the channel's name: a-z, then a-z 0-9 _")

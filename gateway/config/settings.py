@@ -10,9 +10,10 @@ value raises :class:`ConfigError` with one line that names the variable.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,6 +56,11 @@ PLAN_FIELDS = ("credits", "browser_minutes", "retention_days", "requests_per_min
 PRICE_FIELDS = ("prompt", "completion")
 # Tables whose keys are names chosen by the operator.
 FREE_TABLES = ("plans", "prices", "plugins")
+# Every [plugins.NAME] table takes this key, whether or not the plugin declares settings:
+# false keeps the plugin from loading at all (its hooks never run).
+ENABLED_KEY = "enabled"
+# Plugins not to load, comma-separated, on top of those the file switches off.
+PLUGINS_DISABLED_VARIABLE = "CLOUDYBOT_PLUGINS_DISABLED"
 
 DEFAULT_PLANS = {
     "free": Plan("free", credits=1000, browser_minutes=30, retention_days=30,
@@ -210,6 +216,9 @@ class Settings:
     prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     # each plugin's settings (see plugin_settings), by plugin name
     plugins: Mapping[str, Any] = field(default_factory=dict)
+    # plugins switched off ([plugins.NAME] enabled = false, CLOUDYBOT_PLUGINS_DISABLED): never
+    # loaded, so none of their hooks runs (see plugins_disabled)
+    disabled_plugins: frozenset[str] = field(default_factory=frozenset)
 
     def plugin(self, schema: type[T]) -> T:
         """The settings of the plugin whose settings dataclass is ``schema`` (its defaults if
@@ -310,9 +319,11 @@ MOVED = {"telegram": "plugins.telegram", "slack": "plugins.slack",
          "llm.timeout_seconds": "plugins.openai", "llm.max_retries": "plugins.openai"}
 
 
-def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSettings]) -> None:
+def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSettings],
+                    known: Collection[str], disabled: Collection[str]) -> None:
     """Typos are errors: every section and key of the file must be known, and every
-    ``[plugins.NAME]`` table must belong to a loaded plugin that declares settings."""
+    ``[plugins.NAME]`` table must name a plugin in ``known``; it holds that plugin's declared
+    settings and ``enabled`` (anything, unread, when the plugin is ``disabled``)."""
     sections: dict[str, set[str]] = {}
     for option in OPTIONS:
         sections.setdefault(option.section, set()).add(option.key)
@@ -328,57 +339,148 @@ def _check_document(document: Mapping[str, Any], plugins: Sequence[PluginSetting
                           f"{', '.join(sorted({*sections, *FREE_TABLES}))})")
     for section, keys in sections.items():
         _no_unknown_keys(_table(document, section), section, keys)
-    declared_names = {plugin.name for plugin in plugins}
-    for name in _table(document, "plugins"):
-        if name not in declared_names:
-            known = ", ".join(sorted(declared_names)) or "none"
-            raise ConfigError(f"[plugins.{name}]: no loaded plugin declares settings named "
-                              f"{name!r} (plugins with settings: {known})")
+    declared_keys = {plugin.name: [item.key for item in _declared(plugin)
+                                   if item.section == f"plugins.{plugin.name}"]
+                     for plugin in plugins}
+    for name, table in _table(document, "plugins").items():
+        if name not in known:
+            raise ConfigError(f"[plugins.{name}]: {_no_plugin(name, known)}; fix the name or "
+                              "remove the table")
+        if name in disabled:
+            continue  # not loaded: its settings stay in the file, unread
+        if name not in declared_keys:
+            extra = sorted(set(table) - {ENABLED_KEY})
+            if extra:
+                raise ConfigError(f"[plugins.{name}] has unknown key(s): {', '.join(extra)} "
+                                  f"(plugin {name!r} declares no settings: its table takes "
+                                  f"only {ENABLED_KEY})")
+            continue
+        _no_unknown_keys(table, f"plugins.{name}", [*declared_keys[name], ENABLED_KEY])
+
+
+def _no_plugin(name: str, known: Collection[str]) -> str:
+    """Why ``name`` names no plugin, with the closest installed names."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"no installed plugin is named {name!r} ({hint}installed: "
+            f"{', '.join(sorted(known)) or 'none'}; `cloudybot plugins` lists them)")
+
+
+def _declared(plugin: PluginSettings) -> list[Declared]:
+    """A plugin's declared settings, or a PluginError naming the plugin."""
+    try:
+        return declared(plugin.schema, plugin.name)
+    except TypeError as exc:  # a plugin's declaration the gateway cannot read
+        raise PluginError(f"plugin settings {plugin.name!r}: {exc}") from None
+
+
+def _tables_of_plugins(document: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    """The ``[plugins.NAME]`` tables; ConfigError for one that is not a table."""
+    tables = _table(document, "plugins")
+    for name, table in tables.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"[plugins.{name}] must be a table, got {table!r}")
+    return tables
+
+
+def _disabled_in_file(document: Mapping[str, Any]) -> set[str]:
+    """The plugins whose ``[plugins.NAME]`` table says ``enabled = false``."""
+    disabled = set()
+    for name, table in _tables_of_plugins(document).items():
+        if ENABLED_KEY not in table:
+            continue
+        try:
+            enabled = options.flag(table[ENABLED_KEY])
+        except ValueError as exc:
+            raise ConfigError(f"[plugins.{name}] {ENABLED_KEY} {exc}, got "
+                              f"{table[ENABLED_KEY]!r}") from None
+        if not enabled:
+            disabled.add(name)
+    return disabled
+
+
+def _disabled_by_env(env: Mapping[str, str]) -> set[str]:
+    """The plugins ``CLOUDYBOT_PLUGINS_DISABLED`` names (comma-separated; spaces ignored)."""
+    return {name.strip() for name in env.get(PLUGINS_DISABLED_VARIABLE, "").split(",")
+            if name.strip()}
+
+
+def plugins_disabled(path: Path | None = None,
+                     env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The plugins the configuration switches off, read before any plugin is loaded (give
+    them to :func:`gateway.plugins.manager.make_plugin_manager`): those whose table in the
+    TOML file at ``path`` says ``enabled = false``, and those ``CLOUDYBOT_PLUGINS_DISABLED``
+    names in ``env`` (defaults to os.environ). A plugin is disabled if either says so.
+    :func:`load_settings` checks the names and keeps the same set in
+    ``Settings.disabled_plugins``."""
+    env = os.environ if env is None else env
+    document = _read_toml(path) if path is not None else {}
+    try:
+        in_file = _disabled_in_file(document)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc.message}") from None
+    return frozenset(in_file | _disabled_by_env(env))
 
 
 def _plugin_values(document: Mapping[str, Any], env: Mapping[str, str],
-                   plugins: Sequence[PluginSettings]) -> dict[str, Any]:
+                   plugins: Sequence[PluginSettings],
+                   disabled: Collection[str]) -> dict[str, Any]:
     """Each plugin's settings, read like the core's from ``[plugins.NAME]`` and the
-    environment."""
-    tables = _table(document, "plugins")
+    environment; a disabled plugin's are not read."""
+    tables = _tables_of_plugins(document)
     values = {}
     for plugin in plugins:
         if plugin.name in values:
             raise ConfigError(f"two plugins declare settings named {plugin.name!r}")
-        try:
-            items = declared(plugin.schema, plugin.name)
-        except TypeError as exc:  # a plugin's declaration the gateway cannot read
-            raise PluginError(f"plugin settings {plugin.name!r}: {exc}") from None
+        if plugin.name in disabled:
+            continue
+        items = _declared(plugin)
         section = f"plugins.{plugin.name}"
-        table = tables.get(plugin.name, {})
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"[{section}] must be a table, got {table!r}")
-        _no_unknown_keys(table, section, [item.key for item in items if item.section == section])
-        values[plugin.name] = read_group(plugin.schema, items, {section: table}, env,
+        values[plugin.name] = read_group(plugin.schema, items,
+                                         {section: tables.get(plugin.name, {})}, env,
                                          f"[{section}]")
     return values
 
 
 def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None,
-                  plugins: Sequence[PluginSettings] = ()) -> Settings:
+                  plugins: Sequence[PluginSettings] = (),
+                  installed: Collection[str] = ()) -> Settings:
     """Build Settings from defaults, then ``path`` (TOML), then ``env`` (defaults to
     os.environ); ``plugins``: the settings the loaded plugins declare
-    (:func:`gateway.plugins.declared_settings`), read into ``Settings.plugins``."""
+    (:func:`gateway.plugins.declared_settings`), read into ``Settings.plugins``;
+    ``installed``: the names of every plugin, loaded or disabled
+    (:func:`gateway.plugins.manager.plugin_names`), which ``[plugins.NAME]`` tables and
+    ``CLOUDYBOT_PLUGINS_DISABLED`` may name (besides the ``plugins``' own names)."""
     env = os.environ if env is None else env
     document = _read_toml(path) if path is not None else {}
+    known = {*installed, *(plugin.name for plugin in plugins)}
+    by_env = _disabled_by_env(env)
     try:
-        _check_document(document, plugins)
+        in_file = _disabled_in_file(document)
+        disabled = in_file | by_env
+        _check_document(document, plugins, known, disabled)
+        for name in sorted(in_file):
+            if installed and name not in installed:  # the settings' name, not the plugin's
+                raise ConfigError(f"[plugins.{name}] {ENABLED_KEY} = false: "
+                                  f"{_no_plugin(name, installed)}")
         plans = _plans(_table(document, "plans"))
         prices = _prices(_table(document, "prices"))
     except ConfigError as exc:  # about the file's contents: say which file
         raise ConfigError(f"config file {path}: {exc.message}") from None
+    for name in sorted(by_env):
+        if name not in known:
+            raise ConfigError(f"{PLUGINS_DISABLED_VARIABLE}: {_no_plugin(name, known)}; fix "
+                              "the name or take it out")
     values = read_values(OPTIONS, document, env)
     values["plans"] = plans
     values["prices"] = prices
-    values["plugins"] = _plugin_values(document, env, plugins)
+    values["plugins"] = _plugin_values(document, env, plugins, disabled)
+    values["disabled_plugins"] = frozenset(disabled)
     if not values.get("llm_provider"):
         openai = values["plugins"].get("openai")
-        uses_openai = getattr(openai, "base_url", "") or env.get("OPENAI_API_KEY")
+        uses_openai = bool(getattr(openai, "base_url", "") or env.get("OPENAI_API_KEY"))
+        if "openai" in disabled:  # the default never picks a plugin switched off
+            uses_openai = False
         values["llm_provider"] = "openai" if uses_openai else "offline"
     settings = Settings(**values)
     if settings.keep_recent >= settings.summarize_at:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +33,7 @@ class PluginInfo:
     hooks: tuple[str, ...]
     channels: tuple[tuple[str, bool], ...] = ()  # (name, enabled) of each channel it offers
     settings: tuple[str, ...] = ()  # "[plugins.NAME] key = value  VARIABLE", secrets masked
+    disabled: bool = False  # switched off by the configuration: installed, never loaded
 
 
 class PluginManager(pluggy.PluginManager):
@@ -42,6 +43,8 @@ class PluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.distributions: dict[str, str] = {}
+        # Every entry point of the group seen, loaded or not (disabled, failed): its module.
+        self.entry_points: dict[str, str] = {}
         # Entry points that could not be registered: why, in one line (a gateway refuses to
         # start with any; ``cloudybot plugins`` lists them).
         self.load_failures: dict[str, str] = {}
@@ -59,22 +62,32 @@ class PluginManager(pluggy.PluginManager):
         return opts
 
 
-def make_plugin_manager(*, load_entry_points: bool = True) -> PluginManager:
-    """A plugin manager with the hook specs, and (by default) every installed plugin loaded.
+def make_plugin_manager(*, load_entry_points: bool = True,
+                        disabled: Collection[str] = ()) -> PluginManager:
+    """A plugin manager with the hook specs, and (by default) every installed plugin loaded
+    except the ``disabled`` ones (:func:`gateway.config.settings.plugins_disabled`): those are
+    blocked before their entry points are even imported, so none of their hooks ever runs.
 
     A broken entry point is logged, skipped and recorded in ``load_failures``: listing the
     plugins still works, and a gateway refuses to start (:meth:`Gateway.load_plugins`).
     """
     pm = PluginManager()
+    for name in disabled:
+        pm.set_blocked(name)
     if load_entry_points:
         load_entry_point_plugins(pm)
     return pm
 
 
 def load_entry_point_plugins(pm: PluginManager) -> list[str]:
-    """Register every plugin of the ``cloudybot`` entry-point group; return the names skipped."""
+    """Register every plugin of the ``cloudybot`` entry-point group; return the names skipped
+    (failed). A blocked (disabled) name is passed over without importing its entry point."""
     skipped = []
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        pm.entry_points.setdefault(entry_point.name, entry_point.value)
+        if pm.is_blocked(entry_point.name) and entry_point.dist is not None:
+            pm.distributions.setdefault(  # listed as disabled, with where it comes from
+                entry_point.name, f"{entry_point.dist.name} {entry_point.dist.version}")
         if pm.get_plugin(entry_point.name) is not None or pm.is_blocked(entry_point.name):
             continue
         try:
@@ -101,6 +114,21 @@ def load_entry_point_plugins(pm: PluginManager) -> list[str]:
     return skipped
 
 
+def installed_plugins() -> list[str]:
+    """The names of every plugin installed under the ``cloudybot`` entry-point group, sorted;
+    nothing is imported."""
+    return sorted({entry_point.name for entry_point
+                   in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def plugin_names(pm: PluginManager) -> frozenset[str]:
+    """Every plugin ``pm`` knows by name: the entry points it saw (loaded, disabled or
+    failed) and the plugins registered in code. The configuration may name these and no
+    others (:func:`gateway.config.settings.load_settings`'s ``installed``)."""
+    registered = {name for name, plugin in pm.list_name_plugin() if plugin is not None}
+    return frozenset({*pm.entry_points, *registered, *pm.load_failures})
+
+
 class Described(Protocol):
     """What :func:`describe_plugins` reads of a gateway."""
 
@@ -113,7 +141,7 @@ class Described(Protocol):
 
 async def describe_plugins(gateway: Described) -> list[PluginInfo]:
     """The gateway's plugins, sorted by name: the hooks each implements, its channels (built,
-    not started: no I/O) and its settings as configured."""
+    not started: no I/O) and its settings as configured; a disabled plugin only as such."""
     pm = gateway.pm
     channels = dict(await hooks.collect_by_plugin(pm.hook.register_channels,
                                                   host=hooks.PerPlugin(gateway.host_for)))
@@ -121,6 +149,11 @@ async def describe_plugins(gateway: Described) -> list[PluginInfo]:
     infos = []
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
+            if name in gateway.settings.disabled_plugins:
+                infos.append(PluginInfo(
+                    name=name, module=pm.entry_points.get(name, "(registered in code)"),
+                    distribution=pm.distributions.get(name, "(registered in code)"),
+                    hooks=(), disabled=True))
             continue
         group = groups.get(name)
         infos.append(PluginInfo(

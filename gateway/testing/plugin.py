@@ -38,7 +38,12 @@ from gateway.app import build_app
 from gateway.config.settings import Settings, load_settings
 from gateway.gateway import Gateway
 from gateway.hookspecs import hookimpl
-from gateway.plugins.manager import PluginManager, declared_settings, make_plugin_manager
+from gateway.plugins.manager import (
+    PluginManager,
+    declared_settings,
+    make_plugin_manager,
+    plugin_names,
+)
 from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM
 
@@ -163,7 +168,8 @@ def cloudybot_settings(cloudybot_fake_llm: FakeLLM, cloudybot_plugins: PluginMan
             "CLOUDYBOT_LLM_API_KEY": "sk-test",
             "CLOUDYBOT_LLM_MODEL": "fake-model",
             **(env or {}),
-        }, plugins=declared_settings(cloudybot_plugins))
+        }, plugins=declared_settings(cloudybot_plugins),
+            installed=plugin_names(cloudybot_plugins))
         return dataclasses.replace(base, **overrides)
     return build
 
