@@ -458,6 +458,31 @@ def test_every_path_in_the_readme_map_exists() -> None:
     assert not missing, f"README.md's architecture map names paths that do not exist: {missing}"
 
 
+ARCHITECTURE = DOCS / "architecture.md"
+MODULES = sorted(
+    ["gateway/__init__.py"]
+    + [path.relative_to(ROOT).as_posix() for path in GATEWAY.rglob("*.py")
+       if path.name != "__init__.py"])
+
+
+def module_paths() -> list[str]:
+    """The path each list item of docs/architecture.md starts with."""
+    return re.findall(r"^- `([^`]+)`", read(ARCHITECTURE), re.M)
+
+
+@pytest.mark.parametrize("path", MODULES)
+def test_every_module_is_in_the_architecture_page(path: str) -> None:
+    assert path in module_paths(), f"docs/architecture.md has no line for `{path}`"
+
+
+def test_every_path_in_the_architecture_page_exists() -> None:
+    named = module_paths() + [span for span in code_spans(prose(read(ARCHITECTURE)))
+                              if "/" in span and re.fullmatch(r"[\w.-]+(/[\w.-]+)*/?", span)]
+    assert len(module_paths()) >= len(MODULES)
+    missing = sorted({path for path in named if not (ROOT / path).exists()})
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
 def test_quick_start_commands_come_first() -> None:
     """A newcomer's two commands, verbatim, in the README's first code block."""
     text = read(README)
