@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway.memory.sessions import SessionStore
+from gateway.memory.sessions import RotationRule, SessionStore
 
 EVENTS = [{"type": "user", "content": "x" * 200, "messageId": 1},
           {"type": "assistant", "content": "y" * 400, "messageId": 2}]
@@ -21,7 +21,7 @@ def _grow(store: SessionStore, key: str, size: int) -> None:
 def append_and_check_us(file_bytes: int, turns: int = 2000) -> float:
     """Mean microseconds of one rotation check + one turn's append, at ``file_bytes``."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = SessionStore(Path(tmp), idle_minutes=30, max_bytes=10**9,
+        store = SessionStore(Path(tmp), rule=RotationRule(30, 10**9),
                              count_message=lambda message: 0)
         key = "bench--t1"
         _grow(store, key, file_bytes)

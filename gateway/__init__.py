@@ -42,25 +42,35 @@ from gateway.base.locks import Leadership
 from gateway.base.logs import redact_in_logs, shown
 from gateway.base.text import split_text
 from gateway.base.validation import site as valid_site
-from gateway.commands import ChatCommand, Command, CommandContext, help_text, slash_command
+from gateway.commands import help_text, slash_command
 from gateway.config import options
-from gateway.config.options import PluginSettings, setting
+from gateway.config.options import Place, PluginSettings, setting
 from gateway.gateway import Gateway
 from gateway.hookspecs import hookimpl
-from gateway.host import OutboundMessage, PinnedMemory, PluginHost, PluginMetrics
+from gateway.host import (
+    ChatCommand,
+    CommandContext,
+    OutboundMessage,
+    PinnedMemory,
+    PluginHost,
+    PluginMetrics,
+)
 from gateway.interfaces import (
     Attachment,
     Channel,
+    Command,
     Completion,
     CompletionRequest,
+    DeliveryFailed,
+    DeliveryRetry,
     Image,
+    InboundMessage,
     PromptSection,
     Provider,
     ReservedChannel,
     TextSink,
     TurnContext,
 )
-from gateway.kit.inbound import DeliveryFailed, DeliveryRetry, InboundMessage
 from gateway.memory.sessions import Rotation
 from gateway.net.destinations import (
     DestinationRefused,
@@ -107,6 +117,7 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "TurnContext",
     "User",
     # settings
+    "Place",
     "PluginSettings",
     "options",
     "setting",

@@ -11,15 +11,11 @@ answers in plain text; it calls no LLM and costs no credits.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
 
 from gateway.base.errors import PluginError
-
-if TYPE_CHECKING:
-    from gateway.host import PinnedMemory, PluginHost
-    from gateway.store import ThreadRef, User
+from gateway.host import ChatCommand, CommandContext
+from gateway.interfaces import Command
 
 # Telegram's rule for a bot command, which every channel can then spell.
 COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
@@ -27,56 +23,10 @@ SLASH = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
 INTRO = "I'm CloudyBot. Just write to me; I remember this conversation.\nCommands:"
 
 
-@dataclass(frozen=True)
-class Command:
-    """A chat command as a channel hands it over: ``/remember name Ada`` is
-    ``Command("remember", "name Ada")``."""
-
-    name: str
-    argument: str = ""
 
 
-@dataclass(frozen=True)
-class CommandContext:
-    """What a command runs against and may do.
-
-    :param host: the host of the plugin that registered the command.
-    :param user: the sender's account (as it was when the message was taken).
-    :param ref: the conversation's thread (owned by whoever started it).
-    :param argument: what followed the command's name, stripped.
-    :param memory: the conversation's pinned facts.
-    :param start_over: empties the conversation's rolling memory and ends its session (pinned
-        facts and the display transcript stay); nothing happens where nobody talked yet.
-    """
-
-    host: PluginHost
-    user: User
-    ref: ThreadRef
-    argument: str
-    memory: PinnedMemory
-    start_over: Callable[[], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class ChatCommand:
-    """A command a plugin offers (``register_commands``).
-
-    :param name: lowercase ``[a-z0-9_]``, at most 32 characters (Telegram's rule).
-    :param usage: how it is written after its name, for the help text (``"KEY VALUE"``).
-    :param help: one line on what it does.
-    :param run: awaited with a :class:`CommandContext`; returns the answer's text.
-    :param per_conversation: it acts on the conversation it is sent in (pinned facts, a
-        fresh start), so a channel where a command is not sent in a conversation (Slack's
-        slash commands in a channel) refuses it.
-    :param aliases: other names that run it (``start`` for ``help``).
-    """
-
-    name: str
-    usage: str
-    help: str
-    run: Callable[[CommandContext], Awaitable[str]]
-    per_conversation: bool = False
-    aliases: tuple[str, ...] = ()
 
 
 def index_commands(commands: Iterable[ChatCommand]) -> dict[str, ChatCommand]:

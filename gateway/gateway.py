@@ -25,11 +25,12 @@ from gateway.base.metrics import Metrics
 from gateway.base.tokens import TokenCounter
 from gateway.billing import quotas_for
 from gateway.billing.quotas import Quotas
-from gateway.commands import ChatCommand, Command, CommandContext, index_commands, run_command
+from gateway.commands import index_commands, run_command
 from gateway.config.settings import Settings
-from gateway.interfaces import Channel, Provider
+from gateway.host import ChatCommand, CommandContext
+from gateway.interfaces import Channel, Command, InboundMessage, Provider
 from gateway.kit.host import Host
-from gateway.kit.inbound import InboundMessage, Inbox
+from gateway.kit.inbound import Inbox
 from gateway.kit.outbox import Outbox
 from gateway.memory import sessions_for
 from gateway.memory.pinned import ThreadPins
@@ -46,11 +47,11 @@ from gateway.store import (
     ThreadRef,
     User,
 )
+from gateway.store import events as webhook_events
 from gateway.store.backends import store_for
 from gateway.tools import Tool, Toolbox
 from gateway.turn.agent import Agent, PendingSummary, TurnResult
 from gateway.turn.request import Turn
-from gateway.webhooks import events as webhook_events
 from gateway.webhooks.dispatcher import WebhookDispatcher
 
 log = logging.getLogger(__name__)

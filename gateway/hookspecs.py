@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from gateway.commands import ChatCommand
     from gateway.config.options import PluginSettings
-    from gateway.host import PluginHost
+    from gateway.host import ChatCommand, PluginHost
     from gateway.interfaces import Channel, PromptSection, Provider, TurnContext
     from gateway.memory.sessions import Rotation
     from gateway.store import Delivery

@@ -1,4 +1,5 @@
-"""What a plugin may do with the running gateway: :class:`PluginHost`, handed to hooks as ``host``.
+"""What a plugin may do with the running gateway: :class:`PluginHost`, handed to hooks as ``host``;
+and the chat commands a plugin adds (:class:`ChatCommand`), run with a :class:`CommandContext`.
 
 A plugin sees this and nothing more: the store, the agent, the accounts and the other plugins
 stay the gateway's. Each plugin gets a host of its own, which knows the channels that plugin
@@ -11,16 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from gateway.base.locks import Leadership
-    from gateway.commands import ChatCommand
     from gateway.config.settings import Settings
-    from gateway.kit.inbound import InboundMessage
-    from gateway.store.records import User
+    from gateway.interfaces import InboundMessage
+    from gateway.store.records import ThreadRef, User
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,49 @@ class OutboundMessage:
     address: Mapping[str, Any]
     text: str
     max_chars: int = 4000
+
+
+@dataclass(frozen=True)
+class ChatCommand:
+    """A command a plugin offers (``register_commands``).
+
+    :param name: lowercase ``[a-z0-9_]``, at most 32 characters (Telegram's rule).
+    :param usage: how it is written after its name, for the help text (``"KEY VALUE"``).
+    :param help: one line on what it does.
+    :param run: awaited with a :class:`CommandContext`; returns the answer's text.
+    :param per_conversation: it acts on the conversation it is sent in (pinned facts, a
+        fresh start), so a channel where a command is not sent in a conversation (Slack's
+        slash commands in a channel) refuses it.
+    :param aliases: other names that run it (``start`` for ``help``).
+    """
+
+    name: str
+    usage: str
+    help: str
+    run: Callable[[CommandContext], Awaitable[str]]
+    per_conversation: bool = False
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What a command runs against and may do.
+
+    :param host: the host of the plugin that registered the command.
+    :param user: the sender's account (as it was when the message was taken).
+    :param ref: the conversation's thread (owned by whoever started it).
+    :param argument: what followed the command's name, stripped.
+    :param memory: the conversation's pinned facts.
+    :param start_over: empties the conversation's rolling memory and ends its session (pinned
+        facts and the display transcript stay); nothing happens where nobody talked yet.
+    """
+
+    host: PluginHost
+    user: User
+    ref: ThreadRef
+    argument: str
+    memory: PinnedMemory
+    start_over: Callable[[], Awaitable[None]]
 
 
 class PinnedMemory(Protocol):
@@ -154,4 +197,5 @@ class PluginHost(Protocol):
         """Sleep ``seconds``, or less if the gateway begins to stop."""
 
 
-__all__ = ["OutboundMessage", "PinnedMemory", "PluginHost", "PluginMetrics"]
+__all__ = ["ChatCommand", "CommandContext", "OutboundMessage", "PinnedMemory", "PluginHost",
+           "PluginMetrics"]

@@ -219,3 +219,47 @@ class ReservedChannel(Channel):
     def enabled(self) -> bool:
         """Never: it is not configured."""
         return False
+
+
+@dataclass(frozen=True)
+class Command:
+    """A chat command as a channel hands it over: ``/remember name Ada`` is
+    ``Command("remember", "name Ada")``."""
+
+    name: str
+    argument: str = ""
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message from a channel, mapped to the gateway's identities.
+
+    :param channel: the channel's name (``telegram``).
+    :param conversation: the session key (``telegram:42``, ``slack:T1:C1:1700.1``).
+    :param sender: the sender's account id (``telegram:777``).
+    :param message_id: unique within the channel; a redelivery carries the same id.
+    :param text: what the sender wrote (empty for a command without argument).
+    :param address: where the reply goes, as JSON-serialisable data; the gateway hands it
+        back to ``channel.send(address, text)`` and ``channel.typing(address)``, also after
+        a restart.
+    :param command: set when the message is a command rather than a chat turn.
+    :param notice: set to answer with this text instead of a turn (an unsupported message).
+    :param only_known: handle it only if the conversation already exists (a thread reply
+        that does not address the bot).
+    :param max_chars: the platform's longest message; longer replies are split.
+    :param attachments: files that came with it (pictures), fetched through the channel for
+        the model when ``CLOUDYBOT_LLM_VISION=true``; ``text`` should name them, for the
+        transcript (``[photo: cat.jpg] look``).
+    """
+
+    channel: str
+    conversation: str
+    sender: str
+    message_id: str
+    text: str
+    address: Mapping[str, Any] = field(default_factory=dict)
+    command: Command | None = None
+    notice: str | None = None
+    only_known: bool = False
+    max_chars: int = 4000
+    attachments: tuple[Attachment, ...] = ()

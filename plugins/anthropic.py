@@ -24,6 +24,7 @@ from gateway import (
     Completion,
     CompletionRequest,
     HTTPClientError,
+    Place,
     PluginHost,
     PluginSettings,
     Provider,
@@ -241,14 +242,17 @@ class AnthropicSettings:
     """``[plugins.anthropic]``: used when ``CLOUDYBOT_LLM_PROVIDER=anthropic``."""
 
     base_url: str = setting(ANTHROPIC_BASE_URL, "the Messages API's base URL (requests go to "
-                            "{base_url}/v1/messages)", env="CLOUDYBOT_ANTHROPIC_BASE_URL")
+                            "{base_url}/v1/messages)",
+                            place=Place(env="CLOUDYBOT_ANTHROPIC_BASE_URL"))
     api_key: str = setting("", "API key; empty: $ANTHROPIC_API_KEY (set it in the environment)",
-                           secret=True, env=("CLOUDYBOT_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"))
+                           secret=True,
+                           place=Place(env=("CLOUDYBOT_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")))
     timeout_seconds: float = setting(60.0, "one request may take this long (504 after)",
-                                     env="CLOUDYBOT_ANTHROPIC_TIMEOUT_SECONDS",
+                                     place=Place(env="CLOUDYBOT_ANTHROPIC_TIMEOUT_SECONDS"),
                                      parse=options.positive_float)
     max_retries: int = setting(2, "retries on 429/5xx/529 and dropped connections",
-                               env="CLOUDYBOT_ANTHROPIC_MAX_RETRIES", parse=options.count)
+                               place=Place(env="CLOUDYBOT_ANTHROPIC_MAX_RETRIES"),
+                               parse=options.count)
 
 
 @hookimpl

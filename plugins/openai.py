@@ -32,6 +32,7 @@ from gateway import (
     ConfigError,
     HTTPClient,
     HTTPClientError,
+    Place,
     PluginHost,
     PluginSettings,
     Provider,
@@ -380,14 +381,16 @@ class OpenAISettings:
 
     base_url: str = setting("", "OpenAI-compatible endpoint; requests go to "
                             "{base_url}/chat/completions (empty: " + OPENAI_BASE_URL + ")",
-                            env="CLOUDYBOT_LLM_BASE_URL")
+                            place=Place(env="CLOUDYBOT_LLM_BASE_URL"))
     api_key: str = setting("", "API key; empty: $OPENAI_API_KEY (set it in the environment)",
-                           secret=True, env=("CLOUDYBOT_LLM_API_KEY", "OPENAI_API_KEY"))
+                           secret=True,
+                           place=Place(env=("CLOUDYBOT_LLM_API_KEY", "OPENAI_API_KEY")))
     timeout_seconds: float = setting(60.0, "one provider request may take this long "
-                                     "(504 after)", env="CLOUDYBOT_LLM_TIMEOUT_SECONDS",
+                                     "(504 after)",
+                                     place=Place(env="CLOUDYBOT_LLM_TIMEOUT_SECONDS"),
                                      parse=options.positive_float)
     max_retries: int = setting(2, "retries on 429/5xx and dropped connections, with backoff",
-                               env="CLOUDYBOT_LLM_MAX_RETRIES", parse=options.count)
+                               place=Place(env="CLOUDYBOT_LLM_MAX_RETRIES"), parse=options.count)
 
 
 @hookimpl

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import hookimpl
-from gateway.kit.inbound import NOT_PROVISIONED, PROVIDER_APOLOGY, DeliveryRetry
+from gateway.interfaces import DeliveryRetry
+from gateway.kit.inbound import NOT_PROVISIONED, PROVIDER_APOLOGY
 from gateway.plugins.manager import PluginManager
 from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion

@@ -27,7 +27,13 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.net.http_client import ConnectionFailed, HTTPClient, HTTPClientError, ResponseTooLarge
+from gateway.net.http_client import (
+    ConnectionFailed,
+    HTTPClient,
+    HTTPClientError,
+    Limits,
+    ResponseTooLarge,
+)
 
 MakeClient = Callable[..., HTTPClient]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -434,7 +440,7 @@ async def test_a_body_larger_than_the_limit_is_an_error(make_client: MakeClient,
         await writer.drain()
 
     async with RawServer(big).running() as url:
-        client = make_client(url, max_body_bytes=4096)
+        client = make_client(url, limits=Limits(body=4096))
         async with client.post("/x", BODY) as response:
             with pytest.raises(ResponseTooLarge):
                 await response.read()
@@ -450,7 +456,7 @@ async def test_a_head_larger_than_the_limit_is_an_error(make_client: MakeClient)
         await reader.read()
 
     async with RawServer(huge_head).running() as url:
-        client = make_client(url, max_head_bytes=64 * 1024)
+        client = make_client(url, limits=Limits(head=64 * 1024))
         with pytest.raises(ResponseTooLarge):
             async with client.post("/x", BODY):
                 pass
@@ -470,7 +476,7 @@ async def test_a_line_longer_than_the_limit_is_an_error_and_the_next_request_wor
 
     server = RawServer(long_line)
     async with server.running() as url:
-        client = make_client(url, max_line_bytes=1024)
+        client = make_client(url, limits=Limits(line=1024))
         async with client.post("/x", BODY) as response:
             lines = response.lines()
             assert [await anext(lines), await anext(lines)] == [b"data: ok", b""]
@@ -794,7 +800,7 @@ def responses(draw: st.DrawFn) -> bytes:
 async def test_any_answer_from_the_server_is_a_response_or_an_http_client_error(
         reply: bytes, as_lines: bool) -> None:
     async with RawServer(replying(reply)).running() as url:
-        client = HTTPClient(url, max_body_bytes=100, max_line_bytes=50, max_head_bytes=200)
+        client = HTTPClient(url, limits=Limits(body=100, line=50, head=200))
         try:
             async with asyncio.timeout(10), client.post("/x", BODY) as response:
                 assert 200 <= response.status <= 999

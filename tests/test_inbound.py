@@ -6,15 +6,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway import hookimpl
-from gateway.kit.inbound import (
-    BAD_SENDER,
-    EMPTY_REPLY,
-    Command,
-    DeliveryFailed,
-    DeliveryRetry,
-    split_text,
-)
+from gateway import Command, hookimpl, split_text
+from gateway.interfaces import DeliveryFailed, DeliveryRetry
+from gateway.kit.inbound import BAD_SENDER, EMPTY_REPLY
 from gateway.plugins.manager import PluginManager
 from gateway.store import Delivery
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion

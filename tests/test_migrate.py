@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from gateway.cli.migrate import CONVERT, TABLES
-from gateway.memory.sessions import SessionStore
+from gateway.memory.sessions import RotationRule, SessionStore
 from gateway.store import (
     ChannelMessage,
     Charge,
@@ -22,8 +22,8 @@ from gateway.store import (
     TurnCommit,
     Webhook,
 )
+from gateway.store.events import message_created
 from gateway.store.sqlite import SQLiteStore
-from gateway.webhooks.events import message_created
 from tests.conftest import Harness
 from tests.test_cli import acloudybot
 
@@ -131,7 +131,7 @@ async def test_migrate_refuses_what_it_cannot_use(data_dir: Path, tmp_path: Path
 async def test_session_files_become_the_databases_sessions_line_for_line(
         data_dir: Path, postgres_url: str, start_gateway: StartGateway) -> None:
     await seed(data_dir, 2)
-    files = SessionStore(data_dir / "sessions", idle_minutes=30, max_bytes=200_000,
+    files = SessionStore(data_dir / "sessions", rule=RotationRule(30, 200_000),
                          count_message=lambda message: 1)
     files.append("alice--t1", "alice", "t1", [{"type": "user", "content": "old", "messageId": 1}])
     archive = files.archive("alice--t1", "manual")

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import PromptSection, TurnContext, hookimpl
+from gateway import Command, PromptSection, TurnContext, hookimpl
 from gateway.accounts.secrets import (
     REDACTED,
     Redactor,
@@ -28,7 +28,6 @@ from gateway.accounts.secrets import (
     redact_json_text,
     redactor_for,
 )
-from gateway.kit.inbound import Command
 from gateway.plugins.manager import PluginManager
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.tools import ToolContext

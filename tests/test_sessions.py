@@ -23,6 +23,7 @@ from gateway.app import build_app
 from gateway.config.settings import Settings
 from gateway.memory.sessions import (
     Rotation,
+    RotationRule,
     SessionStore,
     ToolExchange,
     decode_key,
@@ -114,7 +115,7 @@ async def get_thread(harness: Harness, auth: dict[str, str],
 
 def make_store(root: Path, clock: Callable[[], float] = time.time,
                idle_minutes: float = IDLE_MINUTES, max_bytes: int = 204_800) -> SessionStore:
-    return SessionStore(root, idle_minutes=idle_minutes, max_bytes=max_bytes,
+    return SessionStore(root, rule=RotationRule(idle_minutes, max_bytes),
                         count_message=lambda message: 1, clock=clock)
 
 
@@ -859,7 +860,7 @@ def test_the_written_token_count_is_used_and_nothing_is_counted_again(tmp_path: 
 
     def must_not_count(message: Any) -> int:
         raise AssertionError("a stored exchange was tokenized again")
-    fresh = SessionStore(root, idle_minutes=IDLE_MINUTES, max_bytes=10**9,
+    fresh = SessionStore(root, rule=RotationRule(IDLE_MINUTES, 10**9),
                          count_message=must_not_count)
 
     assert fresh.exchanges("k", since_id=10_000)[10_003].tokens == 42

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.memory.sessions import SessionStore, read_events
+from gateway.memory.sessions import RotationRule, SessionStore, read_events
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from gateway.turn.prompt import ROTATION_HINT
 from tests.conftest import Harness
@@ -52,7 +52,7 @@ async def harness_with_turns(start_gateway: StartGateway,
 
 def telegram_session(data_dir: Path) -> Path:
     """A channel session (``telegram:42``) written the way the gateway writes them."""
-    store = SessionStore(data_dir / "sessions", idle_minutes=30, max_bytes=204_800,
+    store = SessionStore(data_dir / "sessions", rule=RotationRule(30, 204_800),
                          count_message=lambda message: 1)
     store.append("telegram:42", "telegram:7", "telegram:42",
                  [{"type": "user", "content": "salut"}, {"type": "assistant", "content": "hi"}])

@@ -3,5 +3,5 @@
 data (``user_data``), and retention's purge (``retention``).
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.billing``,
-``gateway.memory``.
+``gateway.memory``, ``gateway.tools``.
 """

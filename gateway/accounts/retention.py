@@ -19,7 +19,7 @@ from gateway.billing.quotas import Quotas
 from gateway.config.settings import Settings
 from gateway.memory.sessions import Sessions
 from gateway.store import ExpiredThread, Store
-from gateway.webhooks import events as webhook_events
+from gateway.store import events as webhook_events
 
 log = logging.getLogger(__name__)
 PURGE_ROLE = "purge"  # one process at a time purges a shared database

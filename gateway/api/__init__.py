@@ -1,6 +1,11 @@
 """The HTTP API: ``/chat``, ``/api/*`` and ``/v1/*``, every route behind a bearer token or a
-dashboard session (served by the dashboard channel), declared in
-:mod:`gateway.api.operations`."""
+dashboard session (served by the core app, :mod:`gateway.app`), declared in
+:mod:`gateway.api.operations`.
+
+May import: ``gateway`` (its version), ``gateway.gateway``, ``gateway.base``, ``gateway.config``,
+``gateway.store``, ``gateway.billing``, ``gateway.accounts``, ``gateway.webhooks``,
+``gateway.net``, ``gateway.turn``, ``gateway.commands``.
+"""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from gateway.base.errors import BadRequest, NotFound
 from gateway.base.times import iso_utc
 from gateway.net import destinations
 from gateway.store import Webhook, WebhookDelivery
-from gateway.webhooks import events as webhook_events
+from gateway.store import events as webhook_events
 from gateway.webhooks import signing as webhook_signing
 from gateway.webhooks.dispatcher import PENDING, seal_context
 

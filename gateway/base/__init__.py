@@ -1,6 +1,8 @@
 """Foundations every other part uses: errors, identifier checks, text splitting, times,
 JSON, private files, logs, token counting, turn locks and metrics.
 
-Owns nothing of turns, channels, billing or storage. May import: the standard library and
-third-party packages only, never another part of ``gateway``.
+Owns nothing of turns, channels, billing or storage.
+
+May import: nothing else of the package (the standard library and third-party packages
+only).
 """

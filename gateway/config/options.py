@@ -199,22 +199,32 @@ class SettingInfo:
     parse: Callable[[Any], Any] | None
 
 
-def setting(default: Any, help: str, *, secret: bool = False, env: str | tuple[str, ...] = (),
-            key: str = "", section: str = "",
-            parse: Callable[[Any], Any] | None = None) -> Any:
+@dataclass(frozen=True)
+class Place:
+    """Where a setting is read from, when not its plugin's defaults: the TOML ``section`` (a
+    plugin's is ``[plugins.NAME]``), its ``key`` there (default: the field's name) and the
+    environment variable(s) ``env``, the first set one winning (default:
+    ``CLOUDYBOT_{PLUGIN}_{KEY}``). The core's settings name all three."""
+
+    section: str = ""
+    key: str = ""
+    env: str | tuple[str, ...] = ()
+
+
+def setting(default: Any, help: str, *, secret: bool = False,
+            parse: Callable[[Any], Any] | None = None, place: Place | None = None) -> Any:
     """A field of a settings dataclass: its ``default`` and ``help`` (shown by ``cloudybot
     plugins`` and in error messages).
 
     :param secret: masked wherever settings are shown (tokens, keys, passwords).
-    :param env: the environment variable(s) to read, first set one wins; default
-        ``CLOUDYBOT_{PLUGIN}_{KEY}``. The core's settings name theirs explicitly.
-    :param key: the TOML key (default: the field's name).
-    :param section: the TOML table (default: the plugin's ``[plugins.NAME]``).
     :param parse: checks and converts a raw value (raise ``ValueError`` with the rule);
         default: by the field's type (str, int, float, bool or Path).
+    :param place: where it is read from (:class:`Place`); default: ``[plugins.NAME]`` and
+        ``CLOUDYBOT_{NAME}_{KEY}``.
     """
-    names = (env,) if isinstance(env, str) else tuple(env)
-    info = SettingInfo(help, secret, names, key, section, parse)
+    place = place or Place()
+    names = (place.env,) if isinstance(place.env, str) else tuple(place.env)
+    info = SettingInfo(help, secret, names, place.key, place.section, parse)
     return dataclasses.field(default=default, metadata={_META: info})
 
 

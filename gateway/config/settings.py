@@ -22,6 +22,7 @@ from gateway.base.errors import ConfigError, PluginError
 from gateway.config import options
 from gateway.config.options import (
     Declared,
+    Place,
     PluginSettings,
     declared,
     read_group,
@@ -86,132 +87,143 @@ class Settings:
     (:meth:`plugin`).
     """
 
-    data_dir: Path = setting(Path("./data"), "SQLite database, sessions/ and the generated "
-                             "secret key", section="storage", env="CLOUDYBOT_DATA_DIR",
-                             parse=options.path)
-    secret_key: str = setting("", "key for secrets at rest; generated into the data dir "
-                              "(mode 0600) if empty", section="storage",
-                              env="CLOUDYBOT_SECRET_KEY", secret=True)
-    database_url: str = setting("", "postgresql://user@host/db to keep everything in "
-                                "PostgreSQL (several processes may share it); empty: SQLite in "
-                                "the data dir", section="storage", env="CLOUDYBOT_DATABASE_URL",
-                                secret=True, parse=options.database_url)
-    database_pool_size: int = setting(10, "PostgreSQL connections each process keeps at most",
-                                      section="storage", env="CLOUDYBOT_DATABASE_POOL_SIZE",
-                                      parse=options.positive_int)
+    data_dir: Path = setting(
+        Path("./data"), "SQLite database, sessions/ and the generated secret key",
+        place=Place("storage", env="CLOUDYBOT_DATA_DIR"), parse=options.path)
+    secret_key: str = setting(
+        "", "key for secrets at rest; generated into the data dir (mode 0600) if empty",
+        place=Place("storage", env="CLOUDYBOT_SECRET_KEY"), secret=True)
+    database_url: str = setting(
+        "", "postgresql://user@host/db to keep everything in PostgreSQL (several processes may "
+        "share it); empty: SQLite in the data dir",
+        place=Place("storage", env="CLOUDYBOT_DATABASE_URL"), secret=True,
+        parse=options.database_url)
+    database_pool_size: int = setting(
+        10, "PostgreSQL connections each process keeps at most",
+        place=Place("storage", env="CLOUDYBOT_DATABASE_POOL_SIZE"), parse=options.positive_int)
     leader_retry_seconds: float = setting(
-        10.0, "with several processes, how often each asks whether a role's player (the "
-        "Telegram poller) died, and takes over the messages of processes that died",
-        section="storage",
-        env="CLOUDYBOT_LEADER_RETRY_SECONDS", parse=options.positive_float)
-    host: str = setting("127.0.0.1", "listen address", section="server", env="CLOUDYBOT_HOST",
-                        parse=options.name)
-    port: int = setting(8080, "listen port", section="server", env="CLOUDYBOT_PORT",
-                        parse=options.port)
-    max_request_bytes: int = setting(1_048_576, "largest accepted request body (413 above)",
-                                     section="server", env="CLOUDYBOT_MAX_REQUEST_BYTES",
-                                     parse=options.positive_int)
+        10.0, "with several processes, how often each asks whether a role's player (the Telegram "
+        "poller) died, and takes over the messages of processes that died",
+        place=Place("storage", env="CLOUDYBOT_LEADER_RETRY_SECONDS"), parse=options.positive_float)
+    host: str = setting(
+        "127.0.0.1", "listen address",
+        place=Place("server", env="CLOUDYBOT_HOST"), parse=options.name)
+    port: int = setting(
+        8080, "listen port",
+        place=Place("server", env="CLOUDYBOT_PORT"), parse=options.port)
+    max_request_bytes: int = setting(
+        1_048_576, "largest accepted request body (413 above)",
+        place=Place("server", env="CLOUDYBOT_MAX_REQUEST_BYTES"), parse=options.positive_int)
     body_timeout_seconds: float = setting(
         15.0, "a request body that has not fully arrived after this long is cut (408)",
-        section="server", env="CLOUDYBOT_BODY_TIMEOUT_SECONDS", parse=options.positive_float)
+        place=Place("server", env="CLOUDYBOT_BODY_TIMEOUT_SECONDS"), parse=options.positive_float)
     shutdown_grace_seconds: float = setting(
-        25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next "
-        "start", section="server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS",
-        parse=options.count_float)
+        25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next start",
+        place=Place("server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS"), parse=options.count_float)
     metrics_token: str = setting(
         "", "bearer token that opens GET /metrics to other hosts (from loopback it is open)",
-        secret=True, section="server", env="CLOUDYBOT_METRICS_TOKEN", parse=options.text)
+        place=Place("server", env="CLOUDYBOT_METRICS_TOKEN"), secret=True, parse=options.text)
     cors_origins: tuple[str, ...] = setting(
         (), "web origins (comma-separated, or *) whose pages may call the API from a browser; "
-        "none by default", section="server", env="CLOUDYBOT_CORS_ORIGINS",
-        parse=options.origins)
-    log_format: str = setting("text", "log lines as text or json (one object per line)",
-                              section="server", env="CLOUDYBOT_LOG_FORMAT",
-                              parse=options.choice("text", "json"))
-    log_level: str = setting("info", "the least severe log lines written", section="server",
-                             env="CLOUDYBOT_LOG_LEVEL",
-                             parse=options.choice("debug", "info", "warning", "error"))
-    access_log: bool = setting(False, "log one line per HTTP request (off by default: it costs "
-                               "~8% of a turn's CPU)", section="server",
-                               env="CLOUDYBOT_ACCESS_LOG")
-    max_context: int = setting(8000, "token budget of the whole prompt", section="memory",
-                               env="MAX_CONTEXT", parse=options.positive_int)
-    summarize_at: int = setting(10, "summarize when this many recent messages are stored",
-                                section="memory", env="SUMMARIZE_AT",
-                                parse=options.positive_int)
-    keep_recent: int = setting(5, "recent messages kept verbatim after summarizing",
-                               section="memory", env="KEEP_RECENT", parse=options.positive_int)
-    tokenizer_encoding: str = setting("cl100k_base", "tiktoken encoding used to count prompt "
-                                      "tokens", section="memory",
-                                      env="CLOUDYBOT_TOKENIZER_ENCODING", parse=options.name)
-    max_message_chars: int = setting(32_000, "longest accepted user message", section="memory",
-                                     env="CLOUDYBOT_MAX_MESSAGE_CHARS",
-                                     parse=options.positive_int)
-    max_pinned_keys: int = setting(100, "most pinned keys a thread may hold", section="memory",
-                                   env="CLOUDYBOT_MAX_PINNED_KEYS", parse=options.positive_int)
+        "none by default",
+        place=Place("server", env="CLOUDYBOT_CORS_ORIGINS"), parse=options.origins)
+    log_format: str = setting(
+        "text", "log lines as text or json (one object per line)",
+        place=Place("server", env="CLOUDYBOT_LOG_FORMAT"), parse=options.choice("text", "json"))
+    log_level: str = setting(
+        "info", "the least severe log lines written",
+        place=Place("server", env="CLOUDYBOT_LOG_LEVEL"),
+        parse=options.choice("debug", "info", "warning", "error"))
+    access_log: bool = setting(
+        False, "log one line per HTTP request (off by default: it costs ~8% of a turn's CPU)",
+        place=Place("server", env="CLOUDYBOT_ACCESS_LOG"))
+    max_context: int = setting(
+        8000, "token budget of the whole prompt",
+        place=Place("memory", env="MAX_CONTEXT"), parse=options.positive_int)
+    summarize_at: int = setting(
+        10, "summarize when this many recent messages are stored",
+        place=Place("memory", env="SUMMARIZE_AT"), parse=options.positive_int)
+    keep_recent: int = setting(
+        5, "recent messages kept verbatim after summarizing",
+        place=Place("memory", env="KEEP_RECENT"), parse=options.positive_int)
+    tokenizer_encoding: str = setting(
+        "cl100k_base", "tiktoken encoding used to count prompt tokens",
+        place=Place("memory", env="CLOUDYBOT_TOKENIZER_ENCODING"), parse=options.name)
+    max_message_chars: int = setting(
+        32_000, "longest accepted user message",
+        place=Place("memory", env="CLOUDYBOT_MAX_MESSAGE_CHARS"), parse=options.positive_int)
+    max_pinned_keys: int = setting(
+        100, "most pinned keys a thread may hold",
+        place=Place("memory", env="CLOUDYBOT_MAX_PINNED_KEYS"), parse=options.positive_int)
     session_idle_minutes: float = setting(
-        30.0, "rotate a session idle longer than this (fractions allowed)", key="idle_minutes",
-        section="sessions", env="SESSION_IDLE_MINUTES", parse=options.positive_float)
+        30.0, "rotate a session idle longer than this (fractions allowed)",
+        place=Place("sessions", key="idle_minutes", env="SESSION_IDLE_MINUTES"),
+        parse=options.positive_float)
     session_max_file_bytes: int = setting(
-        204_800, "rotate a session file larger than this", key="max_file_bytes",
-        section="sessions", env="SESSION_MAX_FILE_BYTES", parse=options.positive_int)
-    llm_provider: str = setting("", "provider plugin; empty: openai if a base URL or "
-                                "OPENAI_API_KEY is set, else offline", key="provider",
-                                section="llm", env="CLOUDYBOT_LLM_PROVIDER")
-    llm_model: str = setting("gpt-4o-mini", "model name sent to the provider", key="model",
-                             section="llm", env="CLOUDYBOT_LLM_MODEL", parse=options.name)
-    llm_max_tokens: int = setting(1024, "longest reply asked of the model", key="max_tokens",
-                                  section="llm", env="CLOUDYBOT_LLM_MAX_TOKENS",
-                                  parse=options.positive_int)
-    llm_vision: bool = setting(False, "send pictures from channels (Telegram photos, Slack "
-                               "images) to the model", key="vision", section="llm",
-                               env="CLOUDYBOT_LLM_VISION")
-    llm_max_image_bytes: int = setting(5_000_000, "largest picture downloaded for the model",
-                                       key="max_image_bytes", section="llm",
-                                       env="CLOUDYBOT_LLM_MAX_IMAGE_BYTES",
-                                       parse=options.positive_int)
-    max_tool_rounds: int = setting(5, "tool-call rounds per turn before the agent stops with "
-                                   "a message", section="llm", env="CLOUDYBOT_MAX_TOOL_ROUNDS",
-                                   parse=options.count)
+        204_800, "rotate a session file larger than this",
+        place=Place("sessions", key="max_file_bytes", env="SESSION_MAX_FILE_BYTES"),
+        parse=options.positive_int)
+    llm_provider: str = setting(
+        "", "provider plugin; empty: openai if a base URL or OPENAI_API_KEY is set, else offline",
+        place=Place("llm", key="provider", env="CLOUDYBOT_LLM_PROVIDER"))
+    llm_model: str = setting(
+        "gpt-4o-mini", "model name sent to the provider",
+        place=Place("llm", key="model", env="CLOUDYBOT_LLM_MODEL"), parse=options.name)
+    llm_max_tokens: int = setting(
+        1024, "longest reply asked of the model",
+        place=Place("llm", key="max_tokens", env="CLOUDYBOT_LLM_MAX_TOKENS"),
+        parse=options.positive_int)
+    llm_vision: bool = setting(
+        False, "send pictures from channels (Telegram photos, Slack images) to the model",
+        place=Place("llm", key="vision", env="CLOUDYBOT_LLM_VISION"))
+    llm_max_image_bytes: int = setting(
+        5_000_000, "largest picture downloaded for the model",
+        place=Place("llm", key="max_image_bytes", env="CLOUDYBOT_LLM_MAX_IMAGE_BYTES"),
+        parse=options.positive_int)
+    max_tool_rounds: int = setting(
+        5, "tool-call rounds per turn before the agent stops with a message",
+        place=Place("llm", env="CLOUDYBOT_MAX_TOOL_ROUNDS"), parse=options.count)
     tool_timeout_seconds: float = setting(
         30.0, "one tool call may take this long (the model then reads a timeout error)",
-        section="llm", env="CLOUDYBOT_TOOL_TIMEOUT_SECONDS", parse=options.positive_float)
-    system_prompt: str = setting(DEFAULT_SYSTEM_PROMPT, "base system instructions (section 1 "
-                                 "of every prompt)", section="llm",
-                                 env="CLOUDYBOT_SYSTEM_PROMPT", parse=options.name)
+        place=Place("llm", env="CLOUDYBOT_TOOL_TIMEOUT_SECONDS"), parse=options.positive_float)
+    system_prompt: str = setting(
+        DEFAULT_SYSTEM_PROMPT, "base system instructions (section 1 of every prompt)",
+        place=Place("llm", env="CLOUDYBOT_SYSTEM_PROMPT"), parse=options.name)
     delivery_retry_hours: float = setting(
         24.0, "a reply the platform refuses for a passing reason is retried for this long",
-        section="channels", env="CLOUDYBOT_DELIVERY_RETRY_HOURS",
-        parse=options.positive_float)
+        place=Place("channels", env="CLOUDYBOT_DELIVERY_RETRY_HOURS"), parse=options.positive_float)
     webhooks_retry_seconds: tuple[float, ...] = setting(
-        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0),
-        "delays (s) after each failed webhook attempt, with jitter; after the last, the "
-        "delivery fails", key="retry_seconds", section="webhooks",
-        env="CLOUDYBOT_WEBHOOKS_RETRY_SECONDS", parse=options.delays)
+        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0), "delays (s) after each failed "
+        "webhook attempt, with jitter; after the last, the delivery fails",
+        place=Place("webhooks", key="retry_seconds", env="CLOUDYBOT_WEBHOOKS_RETRY_SECONDS"),
+        parse=options.delays)
     webhooks_allow_private: bool = setting(
         False, "let webhooks go to loopback, private, link-local and metadata addresses",
-        key="allow_private", section="webhooks", env="CLOUDYBOT_WEBHOOKS_ALLOW_PRIVATE")
+        place=Place("webhooks", key="allow_private", env="CLOUDYBOT_WEBHOOKS_ALLOW_PRIVATE"))
     webhooks_concurrency: int = setting(
-        4, "deliveries in flight at once per webhook endpoint", key="concurrency",
-        section="webhooks", env="CLOUDYBOT_WEBHOOKS_CONCURRENCY", parse=options.positive_int)
+        4, "deliveries in flight at once per webhook endpoint",
+        place=Place("webhooks", key="concurrency", env="CLOUDYBOT_WEBHOOKS_CONCURRENCY"),
+        parse=options.positive_int)
     webhooks_timeout_seconds: float = setting(
         10.0, "an endpoint that has not answered 2xx by then has failed the attempt",
-        key="timeout_seconds", section="webhooks", env="CLOUDYBOT_WEBHOOKS_TIMEOUT_SECONDS",
+        place=Place("webhooks", key="timeout_seconds", env="CLOUDYBOT_WEBHOOKS_TIMEOUT_SECONDS"),
         parse=options.positive_float)
     browser_vault: bool = setting(
         False, "saved browser logins reach the prompt as site names only: the browser tool's "
-        "fill_credential is then the one way a password reaches a page", key="vault",
-        section="browser", env="CLOUDYBOT_BROWSER_VAULT")
-    channel_streaming: bool = setting(True, "show channel replies growing while the model "
-                                      "writes (where the channel can)", key="streaming",
-                                      section="channels", env="CLOUDYBOT_CHANNEL_STREAMING")
+        "fill_credential is then the one way a password reaches a page",
+        place=Place("browser", key="vault", env="CLOUDYBOT_BROWSER_VAULT"))
+    channel_streaming: bool = setting(
+        True, "show channel replies growing while the model writes (where the channel can)",
+        place=Place("channels", key="streaming", env="CLOUDYBOT_CHANNEL_STREAMING"))
     purge_interval_minutes: float = setting(
         60.0, "serve purges expired threads this often (0: only `cloudybot purge`)",
-        section="accounts", env="CLOUDYBOT_PURGE_INTERVAL_MINUTES", parse=options.count_float)
-    auto_provision: bool = setting(True, "create unknown channel senders on the default plan",
-                                   section="accounts", env="CLOUDYBOT_AUTO_PROVISION")
-    default_plan: str = setting("free", "plan of new accounts", section="accounts",
-                                env="CLOUDYBOT_DEFAULT_PLAN", parse=options.name)
+        place=Place("accounts", env="CLOUDYBOT_PURGE_INTERVAL_MINUTES"), parse=options.count_float)
+    auto_provision: bool = setting(
+        True, "create unknown channel senders on the default plan",
+        place=Place("accounts", env="CLOUDYBOT_AUTO_PROVISION"))
+    default_plan: str = setting(
+        "free", "plan of new accounts",
+        place=Place("accounts", env="CLOUDYBOT_DEFAULT_PLAN"), parse=options.name)
     plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
     prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     # each plugin's settings (see plugin_settings), by plugin name

@@ -2,5 +2,7 @@
 was delivered": the durable inbox (``inbound``), the durable outbox (``outbox``), per-conversation
 queues (``queues``) and the growing preview of a reply (``streaming``).
 
-May import: the parts below it and the plugin contract; never ``api`` or ``cli``.
+May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.billing``,
+``gateway.accounts``, ``gateway.plugins``, ``gateway.turn``, ``gateway.host``,
+``gateway.interfaces``; never ``api`` or ``cli``.
 """

@@ -23,9 +23,9 @@ from gateway.store import InboxEntry, Store, ThreadRef, User
 
 if TYPE_CHECKING:
     from gateway.base.locks import Leadership
-    from gateway.commands import ChatCommand
     from gateway.config.settings import Settings
-    from gateway.kit.inbound import InboundMessage
+    from gateway.host import ChatCommand
+    from gateway.interfaces import InboundMessage
 
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

@@ -21,11 +21,10 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.accounts.secrets import SecretBox
 from gateway.base import validation
@@ -38,10 +37,8 @@ from gateway.base.errors import (
     ProviderError,
     RateLimited,
 )
-from gateway.base.text import split_text
 from gateway.billing.credits import RateLimiter, period_of
-from gateway.commands import Command
-from gateway.interfaces import Attachment, Channel, DeliveryFailed, DeliveryRetry, Image
+from gateway.interfaces import Attachment, Channel, Command, Image, InboundMessage
 from gateway.kit.queues import ConversationQueues, KitHost
 from gateway.kit.streaming import PREVIEW_INTERVAL_SECONDS, Preview
 from gateway.store import ChannelMessage, InboxEntry, Thread, ThreadRef, User
@@ -50,16 +47,6 @@ from gateway.turn.request import Turn
 if TYPE_CHECKING:
     from gateway.kit.outbox import Outbox
     from gateway.turn.agent import TurnResult
-
-__all__ = [
-    "Attachment",
-    "Command",
-    "DeliveryFailed",
-    "DeliveryRetry",
-    "InboundMessage",
-    "Inbox",
-    "split_text",
-]
 
 log = logging.getLogger(__name__)
 
@@ -83,39 +70,6 @@ SLOW_DOWN = ("You are sending messages faster than your plan allows. "
              "Please wait {seconds} s and send that again.")
 
 
-@dataclass(frozen=True)
-class InboundMessage:
-    """One message from a channel, mapped to the gateway's identities.
-
-    :param channel: the channel's name (``telegram``).
-    :param conversation: the session key (``telegram:42``, ``slack:T1:C1:1700.1``).
-    :param sender: the sender's account id (``telegram:777``).
-    :param message_id: unique within the channel; a redelivery carries the same id.
-    :param text: what the sender wrote (empty for a command without argument).
-    :param address: where the reply goes, as JSON-serialisable data; the gateway hands it
-        back to ``channel.send(address, text)`` and ``channel.typing(address)``, also after
-        a restart.
-    :param command: set when the message is a command rather than a chat turn.
-    :param notice: set to answer with this text instead of a turn (an unsupported message).
-    :param only_known: handle it only if the conversation already exists (a thread reply
-        that does not address the bot).
-    :param max_chars: the platform's longest message; longer replies are split.
-    :param attachments: files that came with it (pictures), fetched through the channel for
-        the model when ``CLOUDYBOT_LLM_VISION=true``; ``text`` should name them, for the
-        transcript (``[photo: cat.jpg] look``).
-    """
-
-    channel: str
-    conversation: str
-    sender: str
-    message_id: str
-    text: str
-    address: Mapping[str, Any] = field(default_factory=dict)
-    command: Command | None = None
-    notice: str | None = None
-    only_known: bool = False
-    max_chars: int = 4000
-    attachments: tuple[Attachment, ...] = ()
 
 
 @asynccontextmanager

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.settings import Settings
-from gateway.memory.sessions import RotationObserver, Sessions, SessionStore, unobserved
+from gateway.memory.sessions import (
+    RotationObserver,
+    RotationRule,
+    Sessions,
+    SessionStore,
+    unobserved,
+)
 from gateway.store import Store
 
 
@@ -20,13 +26,12 @@ def sessions_for(store: Store, settings: Settings, count_message: Callable[[Any]
                  ) -> Sessions:
     """The deployment's agent sessions: rows of its PostgreSQL database (read with each turn's
     state, seen by every process), or JSONL files in ``settings.sessions_dir``."""
+    rule = RotationRule(settings.session_idle_minutes, settings.session_max_file_bytes)
     if store.shared:
         from gateway.memory.shared_sessions import PostgresSessions
         from gateway.store.postgres import PostgresStore
         assert isinstance(store, PostgresStore)
-        return PostgresSessions(store, idle_minutes=settings.session_idle_minutes,
-                                max_bytes=settings.session_max_file_bytes,
-                                count_message=count_message, clock=clock, observer=observer)
-    return SessionStore(settings.sessions_dir, idle_minutes=settings.session_idle_minutes,
-                        max_bytes=settings.session_max_file_bytes,
-                        count_message=count_message, clock=clock, observer=observer)
+        return PostgresSessions(store, rule=rule, count_message=count_message, clock=clock,
+                                observer=observer)
+    return SessionStore(settings.sessions_dir, rule=rule, count_message=count_message,
+                        clock=clock, observer=observer)

@@ -208,6 +208,24 @@ class Sessions(Protocol):
         (with ``dry_run``: only count them); return how many."""
 
 
+@dataclass(frozen=True)
+class RotationRule:
+    """When a session ends and the next turn starts a new one: it was idle longer than
+    ``idle_minutes``, or it grew larger than ``max_bytes`` (both backends apply this rule)."""
+
+    idle_minutes: float
+    max_bytes: int
+
+    def due(self, size: int, last_write: float, now: float) -> str | None:
+        """Why a session of ``size`` bytes last written at ``last_write`` (epoch seconds)
+        rotates at ``now`` (``size`` or ``idle``), or None."""
+        if size > self.max_bytes:
+            return "size"
+        if size and now - last_write > self.idle_minutes * 60:
+            return "idle"
+        return None
+
+
 class SessionStore:
     """Session files under ``root`` with O(1) appends and rotation checks.
 
@@ -215,15 +233,14 @@ class SessionStore:
     then tell ``observer`` (the ``session_rotated`` hook) about the session that ended.
     """
 
-    def __init__(self, root: Path, *, idle_minutes: float, max_bytes: int,
-                 count_message: CountMessage, clock: Callable[[], float] = time.time,
+    def __init__(self, root: Path, *, rule: RotationRule, count_message: CountMessage,
+                 clock: Callable[[], float] = time.time,
                  observer: RotationObserver = unobserved) -> None:
         self.root = root
         self.observer = observer
         self.count_message = count_message
         self.archive_dir = root / "archive"
-        self.idle_seconds = idle_minutes * 60
-        self.max_bytes = max_bytes
+        self.rule = rule
         self.clock = clock
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._paths: dict[str, Path] = {}
@@ -292,11 +309,7 @@ class SessionStore:
             stat = self.path_for(key).stat()
         except (FileNotFoundError, NotADirectoryError):
             return None, False
-        if stat.st_size > self.max_bytes:
-            return "size", True
-        if stat.st_size and self.clock() - stat.st_mtime > self.idle_seconds:
-            return "idle", True
-        return None, True
+        return self.rule.due(stat.st_size, stat.st_mtime, self.clock()), True
 
     def check(self, key: str) -> tuple[Rotation | None, bool]:
         """Rotate if due; return the rotation (or None) and whether an active file remains."""

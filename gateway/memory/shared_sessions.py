@@ -24,6 +24,7 @@ from gateway.memory.sessions import (
     ArchivedSession,
     Rotation,
     RotationObserver,
+    RotationRule,
     SessionStatus,
     ToolExchange,
     encode_key,
@@ -64,12 +65,11 @@ def replay_id(event: dict[str, Any]) -> int | None:
 class PostgresSessions:
     """Sessions in the PostgreSQL store's database (see the module docstring)."""
 
-    def __init__(self, store: PostgresStore, *, idle_minutes: float, max_bytes: int,
+    def __init__(self, store: PostgresStore, *, rule: RotationRule,
                  count_message: Callable[[Any], int], clock: Callable[[], float],
                  observer: RotationObserver = unobserved) -> None:
         self._store = store
-        self.idle_seconds = idle_minutes * 60
-        self.max_bytes = max_bytes
+        self.rule = rule
         self.count_message = count_message
         self.clock = clock
         self.observer = observer
@@ -83,11 +83,7 @@ class PostgresSessions:
     def _due(self, session: SessionState | None) -> str | None:
         if session is None:
             return None
-        if session.size > self.max_bytes:
-            return "size"
-        if session.size and self.clock() - session.last_write > self.idle_seconds:
-            return "idle"
-        return None
+        return self.rule.due(session.size, session.last_write, self.clock())
 
     async def begin_turn(self, key: str,
                          state: TurnState | None = None) -> tuple[Rotation | None, bool]:

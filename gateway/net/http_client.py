@@ -27,6 +27,7 @@ import ssl
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import cast
 from urllib.parse import quote, urlsplit
@@ -65,27 +66,34 @@ class ResponseTooLarge(HTTPClientError):
     """The response's head, body or one line of it is larger than the client accepts."""
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a client keeps and accepts: how many idle connections it keeps and for how long,
+    and the sizes a response's head, a body read whole and one line may reach."""
+
+    idle_connections: int = MAX_IDLE_CONNECTIONS
+    keepalive_seconds: float = KEEPALIVE_SECONDS
+    head: int = MAX_HEAD_BYTES
+    body: int = MAX_BODY_BYTES
+    line: int = MAX_LINE_BYTES
+
+
 class HTTPClient:
     """Keep-alive HTTP/1.1 POSTs of JSON bodies to the origin of ``base_url``.
 
     ``base_url`` is ``http://`` or ``https://`` with an optional path prefix that every
     request's path is appended to. ``headers`` go with every request (``Authorization``, say).
     ``ssl_context`` replaces the default verifying context for ``https://`` (a test's own CA).
-    At most ``max_idle`` idle connections are kept. A head larger than ``max_head_bytes``, a
-    body read whole larger than ``max_body_bytes``, or a line longer than ``max_line_bytes``
-    is a :class:`ResponseTooLarge`. A body read by lines has no total limit (it is held a line
-    at a time, reading paused while the reader lags): the caller's timeout ends it.
+    ``limits`` (:class:`Limits`) say how many idle connections are kept and for how long; a
+    head, a body read whole or one line larger than they allow is a :class:`ResponseTooLarge`.
+    A body read by lines has no total limit (it is held a line at a time, reading paused while
+    the reader lags): the caller's timeout ends it.
     ``connect_address``, if given, picks the address each new connection goes to (and may
     refuse by raising): it is how a caller checks the very address connected to.
     """
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None,
-                 max_idle: int = MAX_IDLE_CONNECTIONS,
-                 keepalive_seconds: float = KEEPALIVE_SECONDS,
-                 max_head_bytes: int = MAX_HEAD_BYTES,
-                 max_body_bytes: int = MAX_BODY_BYTES,
-                 max_line_bytes: int = MAX_LINE_BYTES,
+                 ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
                  connect_address: Callable[[str, int], Awaitable[str]] | None = None,
                  ) -> None:
         parts = urlsplit(base_url)
@@ -110,9 +118,9 @@ class HTTPClient:
         self._query = f"?{parts.query}" if parts.query else ""
         self._given_headers = dict(headers or {})
         self._headers = _merged_headers(self._given_headers)
-        self._max_idle = max_idle
-        self._keepalive = keepalive_seconds
-        self._limits = _Limits(max_head_bytes, max_body_bytes, max_line_bytes)
+        self._limits = limits if limits is not None else Limits()
+        self._max_idle = self._limits.idle_connections
+        self._keepalive = self._limits.keepalive_seconds
         self._heads: dict[str, bytes] = {}
         self._idle: deque[_Connection] = deque()
         self._sweep: asyncio.TimerHandle | None = None
@@ -357,22 +365,11 @@ class _Lines:
             await connection.wait()
 
 
-class _Limits:
-    """Sizes a response may reach."""
-
-    __slots__ = ("body", "head", "line")
-
-    def __init__(self, head: int, body: int, line: int) -> None:
-        self.head = head
-        self.body = body
-        self.line = line
-
-
 class _Connection(asyncio.Protocol):
     """One connection: the protocol asyncio feeds, httptools' callbacks, and the state of the
     response in progress (one at a time)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limits: _Limits) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
         self._loop = loop
         self.limits = limits
         self._parser = httptools.HttpResponseParser(self)

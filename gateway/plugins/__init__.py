@@ -1,6 +1,6 @@
 """Loading plugins: the plugin manager and entry points (``manager``), and the one
 place that calls hooks and awaits what they return (``hooks``).
 
-May import: ``gateway.base``, ``gateway.config``, ``gateway.hookspecs`` and the plugin
-contract.
+May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.memory``,
+``gateway.hookspecs``, ``gateway.host``, ``gateway.interfaces``.
 """

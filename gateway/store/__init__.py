@@ -3,6 +3,11 @@
 The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend;
 ``PostgresStore`` (several processes on one database) implements the same protocol;
 :func:`gateway.store.backends.store_for` picks one from the configuration.
+
+The events outbound webhooks report are written here too (:mod:`gateway.store.events`), in
+the transaction of the change they report.
+
+May import: ``gateway.base``, ``gateway.config``.
 """
 
 from __future__ import annotations

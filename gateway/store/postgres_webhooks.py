@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.base import jsonio
+from gateway.store import events as webhook_events
 from gateway.store.columns import WEBHOOK_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
 from gateway.store.records import (
     DueDelivery,
@@ -21,7 +22,6 @@ from gateway.store.records import (
     WebhookDelivery,
     WebhookEvent,
 )
-from gateway.webhooks import events as webhook_events
 
 T = TypeVar("T")
 Connection = Any  # an asyncpg.Connection (asyncpg ships no type hints)

@@ -23,6 +23,7 @@ from gateway.base.errors import BadRequest, Conflict, NotFound
 from gateway.base.files import private_dir, private_file
 from gateway.base.locks import Alone
 from gateway.base.times import epoch_of, iso_utc
+from gateway.store import events as webhook_events
 from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
@@ -57,7 +58,6 @@ from gateway.store.records import (
     WebSession,
 )
 from gateway.store.worker import WorkerThread
-from gateway.webhooks import events as webhook_events
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

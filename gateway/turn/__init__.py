@@ -1,8 +1,8 @@
 """One chat turn: the agent loop with its provider and tool calls, billing and commit
 (``agent``), and the prompt it sends, assembled in its fixed order under ``MAX_CONTEXT``
-(``prompt``).
+(``prompt``). A turn is one :class:`~gateway.turn.request.Turn`, built at its edge.
 
-May import: every part below it (``base``, ``config``, ``store``, ``billing``, ``memory``,
-``accounts``, ``plugins``, ``webhooks.events``) and the plugin contract
-(``gateway.interfaces``, ``gateway.tools``); never ``kit``, ``api`` or ``cli``.
+May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.billing``,
+``gateway.memory``, ``gateway.accounts``, ``gateway.plugins``, ``gateway.interfaces``,
+``gateway.tools``; never ``kit``, ``api`` or ``cli``.
 """

@@ -58,11 +58,11 @@ from gateway.store import (
     TurnWritten,
     User,
 )
+from gateway.store import events as webhook_events
 from gateway.store.records import REPLY_SLOT, USER_MESSAGE_SLOT
 from gateway.tools import Credential, Toolbox, ToolCall, ToolContext
 from gateway.turn.prompt import Prompt, PromptInputs, assemble
 from gateway.turn.request import Turn
-from gateway.webhooks import events as webhook_events
 
 log = logging.getLogger(__name__)
 # What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's

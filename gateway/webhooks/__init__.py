@@ -1,6 +1,6 @@
-"""Outbound webhooks: the events and the body each delivery signs (``events``, also
-written by the store in a turn's commit), their signatures (``signing``), and the dispatcher that
-sends the webhook outbox (``dispatcher``).
+"""Outbound webhooks: their signatures (``signing``) and the dispatcher that sends the
+webhook outbox (``dispatcher``). The events themselves and the body each delivery signs are
+the store's (:mod:`gateway.store.events`): it writes them in the commit of what they report.
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.net``,
 ``gateway.accounts``.

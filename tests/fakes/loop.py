@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway import Channel, PluginHost, hookimpl
-from gateway.interfaces import Attachment, Image
-from gateway.kit.inbound import InboundMessage
+from gateway.interfaces import Attachment, Image, InboundMessage
 
 
 class LoopChannel(Channel):
