@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts.secrets import refuse_saved_passwords
 from gateway.api.context import caller, thread_from_query
 from gateway.api.middleware import read_json_object
-from gateway.base import validation
 from gateway.store import ThreadRef
 
 
@@ -17,9 +15,9 @@ def _memory(ref: ThreadRef, memory: dict[str, str]) -> web.Response:
 
 async def get_memory(request: web.Request) -> web.Response:
     """All pinned keys of the thread (``{}`` for a thread not used yet)."""
-    gateway, _ = caller(request)
+    gateway, user = caller(request)
     ref = await thread_from_query(request)
-    return _memory(ref, await gateway.store.get_pinned(ref))
+    return _memory(ref, await gateway.pins(ref, user.user_id).get())
 
 
 async def put_memory(request: web.Request) -> web.Response:
@@ -28,19 +26,14 @@ async def put_memory(request: web.Request) -> web.Response:
     gateway, user = caller(request)
     ref = await thread_from_query(request)
     body = await read_json_object(request)
-    key = validation.memory_key(body.get("key"))
-    value = validation.memory_value(body.get("value"))
-    await refuse_saved_passwords(gateway.store, gateway.secret_box, user.user_id,
-                                 {"key": key, "value": value})
-    memory = await gateway.store.put_pinned(ref, key, value, gateway.settings.max_pinned_keys)
-    return _memory(ref, memory)
+    memory = gateway.pins(ref, user.user_id)
+    return _memory(ref, await memory.put(body.get("key"), body.get("value")))
 
 
 async def delete_memory(request: web.Request) -> web.Response:
     """Delete one pinned key, or all of the thread's keys when no ``key`` is given."""
-    gateway, _ = caller(request)
+    gateway, user = caller(request)
     ref = await thread_from_query(request)
+    memory = gateway.pins(ref, user.user_id)
     key = request.query.get("key")
-    if key is not None:
-        validation.memory_key(key)
-    return _memory(ref, await gateway.store.delete_pinned(ref, key))
+    return _memory(ref, await (memory.delete(key) if key is not None else memory.delete_all()))
