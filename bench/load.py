@@ -17,6 +17,8 @@ from typing import IO
 
 import aiohttp
 
+from bench import reference
+
 MESSAGE = "Please remember that the quarterly report is due on Friday, and remind me later."
 
 
@@ -187,7 +189,7 @@ def gateway_env(data_dir: Path, provider: str, llm_url: str = "") -> dict[str, s
 def add_user(env: dict[str, str], user_id: str = "bench", cwd: Path | None = None) -> str:
     """Create a team-plan (unlimited) account with the CLI (of the gateway in ``cwd``, if
     given); return its token."""
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "users", "add", user_id,
+    out = subprocess.run([sys.executable, *reference.cli(cwd), "users", "add", user_id,
                           "--plan", "team", "--credits", "100000000"],
                          env={**os.environ, **env}, check=True, capture_output=True, text=True,
                          cwd=cwd)
@@ -208,7 +210,7 @@ def start_serve(env: dict[str, str], cwd: Path | None = None) -> Server:
     configured only through ``env`` plus its port: its own logging and access log as they
     are by default. ``cwd``: the source tree to run (``-m`` puts it first on ``sys.path``)."""
     port = free_port()
-    server, _ = start_server(["-m", "gateway.cli", "serve"],
+    server, _ = start_server([*reference.cli(cwd), "serve"],
                              {**env, "CLOUDYBOT_PORT": str(port)}, port, cwd=cwd)
     return server
 

@@ -17,6 +17,26 @@ from pathlib import Path
 # the access log on, aiohttp's client to the provider, every write on the worker thread.
 REFERENCE = "ef8cc5c"
 SOURCES = ("gateway", "channels", "plugins")
+# How the reference's CLI runs: as ``python -m gateway.cli``, but loading only the built-in
+# plugins (the ``cloudybot`` distribution's entry points). A third-party plugin installed for
+# today's gateway (the example channel) is written against today's kit and may not load in an
+# older gateway; the reference is measured as it shipped.
+BUILT_INS_ONLY = (
+    "import importlib.metadata as m, runpy\n"
+    "every = m.entry_points\n"
+    "def built_in(**select):\n"
+    "    found = every(**select)\n"
+    "    if select.get('group') != 'cloudybot':\n"
+    "        return found\n"
+    "    return m.EntryPoints(e for e in found if e.dist is None or e.dist.name == 'cloudybot')\n"
+    "m.entry_points = built_in\n"
+    "runpy.run_module('gateway.cli', run_name='__main__', alter_sys=True)\n")
+
+
+def cli(source: Path | None) -> list[str]:
+    """The arguments that run the ``cloudybot`` CLI with ``python``: today's, or the reference
+    in ``source`` (run there, with only its built-in plugins)."""
+    return ["-m", "gateway.cli"] if source is None else ["-c", BUILT_INS_ONLY]
 
 
 def extract(revision: str, into: Path) -> Path | None:

@@ -1,4 +1,5 @@
-"""The Gateway: configuration, plugins, store and turn locks, and the operations channels use."""
+"""The Gateway: builds the parts (store, plugins and their hosts, agent, inbox, outbox) and runs
+them; the thread operations the HTTP API uses."""
 
 from __future__ import annotations
 
@@ -83,9 +84,11 @@ class NotStarted(RuntimeError):
 class Gateway:
     """Owns the plugins, the store, the token counter, sessions and the turn locks.
 
-    Channels and the HTTP API run turns and change threads through its methods (which take the
-    thread's lock); plain reads and single-row writes go to ``gateway.store``. Nothing outside
-    :mod:`gateway.hooks` calls pluggy.
+    The HTTP API runs turns (:meth:`run`, one :class:`~gateway.turn.request.Turn` each) and
+    changes threads through its methods (which take the thread's lock); plain reads and
+    single-row writes go to ``gateway.store``. Plugins never see it: each gets a
+    :class:`gateway.PluginHost` of its own (:meth:`host_for`). Nothing outside
+    :mod:`gateway.plugins.hooks` calls pluggy.
 
     A gateway lives in two phases. Built, it has its settings, store, accounts and, after
     :meth:`load_plugins`, its channels, tools and commands (an HTTP app needs the channels'
