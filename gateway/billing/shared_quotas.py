@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from gateway.base.errors import PaymentRequired, RateLimited, Unavailable
-from gateway.billing.credits import OUT_OF_CREDITS, CreditsBusy
+from gateway.base.errors import Unavailable
+from gateway.billing.credits import over_rate_limit, refuse
 from gateway.billing.quotas import HOLD_SECONDS, Admission, new_claim
 from gateway.config.settings import Settings
+from gateway.store import policy
 from gateway.store.records import Claim, Claimed, User
 
 if TYPE_CHECKING:
@@ -83,15 +84,14 @@ class _SharedAdmission:
         if claimed is None:  # the read did not claim (it was not given the claim): claim now
             claimed = await self._hold(0, self._claim.credits, self._claim.rate_limits)
         if not claimed.rate_ok:
-            raise RateLimited(f"more than {limit} requests a minute; slow down",
-                              retry_after=max(claimed.retry_after, 0.001))
+            raise over_rate_limit(limit, claimed.retry_after)
         if claimed.held:
             self._held = self._claim.credits
             return
         if user.credits > claimed.balance:
             await self.reserve(user.credits, self._claim.credits)
             return
-        _refuse(claimed.balance)
+        refuse(policy.refusal(claimed.balance))
 
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Hold ``spent + estimate`` unless this admission holds that much already."""
@@ -100,14 +100,14 @@ class _SharedAdmission:
             return
         claimed = await self._hold(spent, need)
         if not claimed.held:
-            _refuse(claimed.balance - spent)
+            refuse(policy.refusal(claimed.balance - spent))
         self._held = need
 
     async def reserve_alone(self, estimate: int) -> None:
         """Hold ``estimate`` against the balance the claim reads (one statement)."""
         claimed = await self._hold(0, estimate)
         if not claimed.held:
-            _refuse(claimed.balance)
+            refuse(policy.refusal(claimed.balance))
         self._held = estimate
 
     def settle(self, charged: int) -> None:
@@ -125,10 +125,3 @@ class _SharedAdmission:
         now = self._clock()
         return await self._store.hold_credits(self._user_id, Claim(
             self._claim.hold_id, need, now, now + HOLD_SECONDS, rate_limits), spent)
-
-
-def _refuse(own: int) -> None:
-    """402 when the user's own balance is spent, else 429: other turns hold the rest."""
-    if own > 0:
-        raise CreditsBusy()
-    raise PaymentRequired(OUT_OF_CREDITS)

@@ -22,6 +22,7 @@ import asyncpg
 from gateway.base import jsonio
 from gateway.base.errors import BadRequest, Conflict, NotFound, Unavailable
 from gateway.base.times import epoch_of, iso_utc
+from gateway.store import policy
 from gateway.store.columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.store.postgres_webhooks import (
@@ -143,12 +144,11 @@ async def _charge(conn: Connection, user_id: str, thread_key: str | None, charge
 
 async def _top_up(conn: Connection, user: User, credits: int, minutes: int, kind: str,
                   now: str) -> None:
-    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
-    add_credits = max(0, credits - user.credits)
-    add_minutes = max(0, minutes - user.browser_minutes)
-    if add_credits or add_minutes:
-        await _charge(conn, user.user_id, None,
-                      Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
+    """The grant row raising the balances to at least ``credits`` and ``minutes``
+    (:func:`policy.top_up`), if any."""
+    grant = policy.top_up(user, credits, minutes, kind)
+    if grant is not None:
+        await _charge(conn, user.user_id, None, grant, now)
 
 
 async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: str,
@@ -514,11 +514,10 @@ class PostgresStore(PostgresWebhooks):
             created = await conn.fetchval(
                 "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
                 " VALUES ($1, $2, 0, 0, $3, $4) ON CONFLICT (user_id) DO NOTHING RETURNING 1",
-                user_id, plan, now, period or now[:7]) is not None
-            if created and (credits or browser_minutes):
-                # The opening balance is a grant like any other: balance == -sum(ledger).
-                await _charge(conn, user_id, None,
-                              Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+                user_id, plan, now, policy.opening_period(period, now)) is not None
+            grant = policy.opening_grant(credits, browser_minutes)
+            if created and grant is not None:
+                await _charge(conn, user_id, None, grant, now)
             return await _get_user(conn, user_id), created
         return await self._transaction(run)
 
@@ -646,7 +645,7 @@ class PostgresStore(PostgresWebhooks):
                 "SELECT browser_minutes FROM users WHERE user_id = $1 FOR UPDATE", user_id)
             if left is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
-            taken = min(minutes, max(0, int(left)))
+            taken = policy.minutes_to_take(int(left), minutes)
             if taken > 0:
                 await _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
                               self._now())

@@ -23,6 +23,7 @@ from gateway.base.errors import BadRequest, Conflict, NotFound
 from gateway.base.files import private_dir, private_file
 from gateway.base.locks import Alone
 from gateway.base.times import epoch_of, iso_utc
+from gateway.store import policy
 from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
@@ -193,11 +194,11 @@ def _get_user(conn: sqlite3.Connection, user_id: str) -> User:
 
 def _top_up(conn: sqlite3.Connection, user: User, credits: int, minutes: int, kind: str,
             now: str) -> None:
-    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
-    add_credits = max(0, credits - user.credits)
-    add_minutes = max(0, minutes - user.browser_minutes)
-    if add_credits or add_minutes:
-        _charge(conn, user.user_id, None, Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
+    """The grant row raising the balances to at least ``credits`` and ``minutes``
+    (:func:`policy.top_up`), if any."""
+    grant = policy.top_up(user, credits, minutes, kind)
+    if grant is not None:
+        _charge(conn, user.user_id, None, grant, now)
 
 
 # Rows the event loop's connection changes between WAL checkpoints (a turn changes about 7;
@@ -483,12 +484,11 @@ class SQLiteStore:
             created = conn.execute(
                 "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
                 " VALUES (?, ?, 0, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
-                (user_id, plan, now, period or now[:7]),
+                (user_id, plan, now, policy.opening_period(period, now)),
             ).rowcount == 1
-            if created and (credits or browser_minutes):
-                # The opening balance is a grant like any other: balance == -sum(ledger).
-                _charge(conn, user_id, None,
-                        Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+            grant = policy.opening_grant(credits, browser_minutes)
+            if created and grant is not None:
+                _charge(conn, user_id, None, grant, now)
             return _get_user(conn, user_id), created
         return await self._transaction(run)
 
@@ -616,7 +616,7 @@ class SQLiteStore:
     async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
         """Take up to ``minutes`` browser minutes, never more than the balance holds."""
         def run(conn: sqlite3.Connection) -> int:
-            taken = min(minutes, max(0, _get_user(conn, user_id).browser_minutes))
+            taken = policy.minutes_to_take(_get_user(conn, user_id).browser_minutes, minutes)
             if taken > 0:
                 _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
                         self._now())
