@@ -58,6 +58,36 @@ def minutes_to_take(left: int, asked: int) -> int:
     return min(asked, max(0, left))
 
 
+# --- credits.low -----------------------------------------------------------------------------
+LOW_CREDITS_SHARE = 0.10  # credits.low: the balance fell under this share of the plan's grant
+
+
+def low_credits_threshold(grant: int) -> int | None:
+    """The balance under which an account's credits are low: a tenth of its plan's monthly
+    grant (None for a plan that grants nothing)."""
+    return int(grant * LOW_CREDITS_SHARE) if grant > 0 else None
+
+
+def low_credits_window(threshold: int | None, spent: int) -> tuple[int, int] | None:
+    """The balances after charges of ``spent`` credits at which ``credits.low`` is told, as
+    (lowest, highest): those under ``threshold`` that were at or over it before the charges.
+    A fall is told once: a balance already under the threshold cannot fall under it again
+    until a grant lifts it back. None when no balance is (no threshold, nothing spent).
+
+    A store that learns the balance only inside its statement gives the statement these
+    bounds, so that the statement decides nothing itself."""
+    if threshold is None or spent <= 0:
+        return None
+    return threshold - spent, threshold - 1
+
+
+def fell_under(threshold: int | None, after: int, spent: int) -> bool:
+    """Whether charges of ``spent`` credits took the balance from ``threshold`` or more to
+    ``after``, under it (see :func:`low_credits_window`)."""
+    window = low_credits_window(threshold, spent)
+    return window is not None and window[0] <= after <= window[1]
+
+
 # --- the rate window -------------------------------------------------------------------------
 RATE_WINDOW_SECONDS = 60.0  # a plan's limit counts the requests of the last minute
 MIN_RETRY_SECONDS = 0.001  # a Retry-After is never zero: the client is to wait, however little

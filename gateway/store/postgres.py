@@ -28,7 +28,7 @@ from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.store.postgres_webhooks import (
     HOOKED_ROWS,
     PostgresWebhooks,
-    credits_low_body,
+    credits_low_params,
     event_params,
     queue_events,
 )
@@ -210,7 +210,8 @@ _RELEASE = "UPDATE users SET holds = holds - $2::text WHERE user_id = $1"
 
 # A turn's commit, as one statement. Every write depends on ``ok``: the thread is the
 # owner's (the upsert returns no row for someone else's) and, when the turn answers a channel
-# message, that message was still pending (its inbox row moved to done here).
+# message, that message was still pending (its inbox row moved to done here). credits.low
+# ($29-$32) is queued when the balance it leaves is in the window the rules gave.
 _COMMIT_TURN = """
 WITH thread AS (
   INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)
@@ -262,9 +263,8 @@ events AS (
   SELECT e.type, e.body, $2::text AS owner
   FROM unnest($27::text[], $28::text[]) AS e(type, body), ok
   UNION ALL
-  SELECT 'credits.low', """ + credits_low_body("$5", "$29") + """, $19
-  FROM billed, spent
-  WHERE spent.credits > 0 AND billed.credits < $29 AND billed.credits + spent.credits >= $29),
+  SELECT 'credits.low', $31::text || billed.credits || $32::text, $19
+  FROM billed WHERE billed.credits BETWEEN $29::bigint AND $30::bigint),
 """ + queue_events(due="$12", taker="$21") + """,
 ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
 lines AS (
@@ -299,6 +299,7 @@ assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN rep
 
 # A summarization's commit, as one statement: its writes depend on the version check (the
 # thread's UPDATE returning a row); the hold is released whatever the check said.
+# credits.low ($17-$20) as in _COMMIT_TURN.
 _COMMIT_SUMMARY = """
 WITH thread AS (
   UPDATE threads SET summary = $1, summary_tokens = $2, summary_version = summary_version + 1
@@ -321,10 +322,9 @@ events AS (
   SELECT e.type, e.body, thread.user_id AS owner
   FROM unnest($15::text[], $16::text[]) AS e(type, body), thread
   UNION ALL
-  SELECT 'credits.low', """ + credits_low_body("$14", "$17") + """, $6
-  FROM billed, thread
-  WHERE $12::bigint > 0 AND billed.credits < $17 AND billed.credits + $12 >= $17),
-""" + queue_events(due="$18", taker="$19") + """
+  SELECT 'credits.low', $19::text || billed.credits || $20::text, $6
+  FROM billed, thread WHERE billed.credits BETWEEN $17::bigint AND $18::bigint),
+""" + queue_events(due="$21", taker="$22") + """
 SELECT EXISTS (SELECT 1 FROM thread) AS applied, """ + HOOKED_ROWS + """ AS hooked
 """
 
@@ -894,7 +894,8 @@ class PostgresStore(PostgresWebhooks):
                 [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
                 [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
                 commit.hold, self.process_id, *_session_params(commit.session),
-                *event_params(commit.events, now), commit.low_credits)
+                *event_params(commit.events, now),
+                *credits_low_params(commit.low_credits, sum(c.credits for c in charges), now))
             self._announce(row["hooked"])
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
@@ -929,7 +930,8 @@ class PostgresStore(PostgresWebhooks):
                 commit.expected_version, commit.folded_through_id, commit.billed_user,
                 commit.hold, charge.kind, charge.model, charge.prompt_tokens,
                 charge.completion_tokens, charge.credits, charge.minutes, now,
-                *event_params(commit.events, now), commit.low_credits, self.clock(),
+                *event_params(commit.events, now),
+                *credits_low_params(commit.low_credits, charge.credits, now), self.clock(),
                 self.process_id)
             self._announce(row["hooked"])
             return bool(row["applied"])

@@ -131,16 +131,15 @@ def _charge_all(conn: sqlite3.Connection, user_id: str, thread_key: str | None,
                 charges: list[Charge], now: str, low_credits: int | None,
                 queued: list[WebhookDelivery], epoch: float) -> None:
     """Ledger rows for ``charges``; ``credits.low`` queued if they take the balance under
-    ``low_credits``."""
+    ``low_credits`` (:func:`policy.fell_under`)."""
     balance = None
     for charge in charges:
         balance = _charge(conn, user_id, thread_key, charge, now)
     spent = sum(charge.credits for charge in charges)
-    if balance is not None and webhook_events.fell_under(low_credits, balance, spent):
+    if balance is not None and policy.fell_under(low_credits, balance, spent):
         assert low_credits is not None
-        queued += _emit(conn, user_id, [WebhookEvent(
-            webhook_events.CREDITS_LOW, webhook_events.credits_low_data(balance, low_credits))],
-            epoch, now)
+        queued += _emit(conn, user_id, [webhook_events.credits_low(balance, low_credits)],
+                        epoch, now)
 
 
 def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
