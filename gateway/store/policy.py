@@ -15,11 +15,11 @@ they live here; :mod:`gateway.billing` re-states none of them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.store.records import Charge, User
+from gateway.store.records import Charge, Claimed, User
 
 T = TypeVar("T")
 
@@ -161,3 +161,28 @@ def hold_after(held: bool, previous: T, need: T) -> T:
     calls that hold covers are charged only at the turn's commit, and until then no other turn
     may spend those credits."""
     return need if held else previous
+
+
+def held_by_others(holds: Mapping[str, Sequence[float]], own: str, now: float) -> int:
+    """Credits held by the admissions other than ``own``, in holds kept as ``{id: [credits,
+    expires]}``: a hold whose process never released it stops counting at ``expires``."""
+    return sum(int(hold[0]) for hold_id, hold in holds.items()
+               if hold_id != own and hold[1] > now)
+
+
+def judge_claim(balance: int, plan: str, hits: Sequence[float],
+                holds: Mapping[str, Sequence[float]], hold_id: str, spent: int,
+                rate_limits: Mapping[str, int] | None, now: float) -> Claimed:
+    """A claim on an account whose row held ``balance``, ``plan``, ``hits`` (its counted
+    requests) and ``holds`` before it: one request against the plan's rate limit (none when
+    ``rate_limits`` is None), then a hold for its admission ``hold_id``, whose turn has spent
+    ``spent``. A request over the limit places no hold."""
+    rate = rate_check(hits, now, rate_limits.get(plan, 0) if rate_limits else 0)
+    held = rate.ok and hold_check(balance, spent,
+                                  held_by_others(holds, hold_id, now)) is Standing.HELD
+    return Claimed(rate.ok, rate.retry_after, held, balance)
+
+
+def counted_plans(rate_limits: Mapping[str, int] | None) -> list[str]:
+    """The plans whose requests a claim with ``rate_limits`` counts."""
+    return [plan for plan, limit in (rate_limits or {}).items() if rate_limited(limit)]

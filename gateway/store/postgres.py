@@ -200,11 +200,52 @@ SELECT
   NULL::json AS claimed,
   {SESSION_STATE} AS session
 """
-# The same read, claiming the turn's quotas (see gateway.store.postgres_quotas) on the way.
-_LOAD_AND_CLAIM = _LOAD_TURN.replace("NULL::json AS claimed", """\
-(SELECT row_to_json(c) FROM cloudybot_claim($1, $4, 0, $5, $6, $7, $8) c) AS claimed""")
-_CLAIM = ("SELECT rate_ok, retry_after, held, balance"
-          " FROM cloudybot_claim($1, $2, $3, $4, $5, $6, $7)")
+
+
+def _claim_ctes(user: str, hold: str, need: str, counted: str, now: str, expires: str,
+                window_start: str) -> str:
+    """The CTEs ``locked`` and ``claim`` of a statement (their SQL parameters named): a claim
+    recorded on the account row under its lock, whatever the rules say of it. ``claim``
+    returns the row as the claim found it (``credits``, ``plan``, ``rate_hits``, ``holds``),
+    for :func:`policy.judge_claim` to judge; what they refuse :data:`_TAKE_BACK` undoes.
+
+    Recorded: the request at ``now`` when the account's plan is one of ``counted``, and the
+    hold ``hold`` of ``need`` credits until ``expires``. Forgotten on the way: what the rules
+    no longer count (requests at or before ``window_start``, holds expired at ``now``)."""
+    return f"""locked AS (
+  SELECT user_id, plan, credits, rate_hits, holds FROM users WHERE user_id = {user} FOR UPDATE),
+claim AS (
+  UPDATE users u SET
+    rate_hits = ARRAY(SELECT h FROM unnest(locked.rate_hits) AS h WHERE h > {window_start}
+                      ORDER BY h)
+                || CASE WHEN locked.plan = ANY({counted}::text[]) THEN ARRAY[{now}::float8]
+                        ELSE '{{}}'::float8[] END,
+    holds = (SELECT coalesce(jsonb_object_agg(k, v), '{{}}')
+             FROM jsonb_each(locked.holds) AS e(k, v) WHERE (v ->> 1)::float8 > {now})
+            || jsonb_build_object({hold}::text,
+                                  jsonb_build_array({need}::bigint, {expires}::float8))
+  FROM locked WHERE u.user_id = locked.user_id
+  RETURNING locked.credits, locked.plan, locked.rate_hits, locked.holds)
+"""
+
+
+# The same read, claiming the turn's quotas (see gateway.billing.shared_quotas) on the way.
+_LOAD_AND_CLAIM = "WITH " + _claim_ctes("$1", "$4", "$5", "$6", "$7", "$8", "$9") + \
+    _LOAD_TURN.replace("NULL::json AS claimed",
+                       "(SELECT row_to_json(c) FROM claim c) AS claimed")
+_CLAIM = ("WITH " + _claim_ctes("$1", "$2", "$3", "$4", "$5", "$6", "$7")
+          + "SELECT row_to_json(c) FROM claim c")
+# What the rules refused of a claim its statement recorded: the admission's hold back to what
+# it was ($3: [credits, expires], or none), and the request ($4) no longer counted.
+_TAKE_BACK = """
+UPDATE users SET
+  holds = CASE WHEN $3::jsonb IS NULL THEN holds - $2::text
+               ELSE holds || jsonb_build_object($2::text, $3::jsonb) END,
+  rate_hits = CASE WHEN $4::float8 IS NULL THEN rate_hits
+                   ELSE coalesce(rate_hits[:array_position(rate_hits, $4::float8) - 1]
+                                 || rate_hits[array_position(rate_hits, $4::float8) + 1:],
+                                 rate_hits) END
+WHERE user_id = $1"""
 _RELEASE = "UPDATE users SET holds = holds - $2::text WHERE user_id = $1"
 
 
@@ -400,8 +441,33 @@ def _life_role(process_id: str) -> str:
     return f"process:{process_id}"
 
 
-def _limits(claim: Claim) -> str | None:
-    return None if claim.rate_limits is None else jsonio.dumps(claim.rate_limits).decode()
+def _claim_params(claim: Claim) -> tuple[Any, ...]:
+    """A claim's parameters to :func:`_claim_ctes`, after the account's: its hold, what it
+    holds, the plans it counts requests of, now, when its hold expires, the window's start."""
+    return (claim.hold_id, claim.credits, policy.counted_plans(claim.rate_limits), claim.now,
+            claim.expires, policy.rate_window_start(claim.now))
+
+
+async def _judge(conn: Connection, user_id: str, claim: Claim, spent: int,
+                 found: str | None) -> Claimed:
+    """The rules' verdict (:func:`policy.judge_claim`) on a claim its statement recorded, from
+    the account row as that statement found it (``found``, JSON; None: no account), of which
+    ``spent`` is charged already; what they refused is taken back at once. Until then other
+    claims count it, which can only make them refuse more, never overspend."""
+    if found is None:
+        return Claimed(False, 0.0, False, 0)
+    row = jsonio.loads(found)
+    holds, plan = row["holds"], row["plan"]
+    claimed = policy.judge_claim(row["credits"], plan, row["rate_hits"], holds, claim.hold_id,
+                                 spent, claim.rate_limits, claim.now)
+    recorded = [claim.credits, claim.expires]
+    kept = policy.hold_after(claimed.held, holds.get(claim.hold_id), recorded)
+    uncounted = plan in policy.counted_plans(claim.rate_limits) and not claimed.rate_ok
+    if kept is not recorded or uncounted:
+        await conn.execute(_TAKE_BACK, user_id, claim.hold_id,
+                           None if kept is None else jsonio.dumps(kept).decode(),
+                           claim.now if uncounted else None)
+    return claimed
 
 
 class PostgresStore(PostgresWebhooks):
@@ -848,11 +914,13 @@ class PostgresStore(PostgresWebhooks):
             if claim is None:
                 row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
             else:
-                row = await conn.fetchrow(
-                    _LOAD_AND_CLAIM, user_id, ref.session_key, specialist, claim.hold_id,
-                    claim.credits, _limits(claim), claim.now, claim.expires)
+                row = await conn.fetchrow(_LOAD_AND_CLAIM, user_id, ref.session_key, specialist,
+                                          *_claim_params(claim))
             if row["account"] is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            # judged first: what the rules refuse is taken back whatever else is wrong
+            claimed = None if claim is None else await _judge(conn, user_id, claim, 0,
+                                                              row["claimed"])
             account = jsonio.loads(row["account"])
             user = User(*(account[name] for name in USER_COLUMNS.split(", ")))
             thread = None
@@ -869,7 +937,6 @@ class PostgresStore(PostgresWebhooks):
             pinned = dict(sorted(jsonio.loads(row["pinned"]).items()))
             credentials = [SecretRecord(site, bytes(secret))
                            for site, secret in zip(row["sites"], row["secrets"], strict=True)]
-            claimed = None if row["claimed"] is None else Claimed(**jsonio.loads(row["claimed"]))
             session = None if row["session"] is None \
                 else SessionState(*jsonio.loads(row["session"]))
             return TurnState(user, thread, pinned, messages, row["instructions"], credentials,
@@ -1194,9 +1261,8 @@ class PostgresStore(PostgresWebhooks):
         """Apply ``claim`` (its hold of ``claim.credits``, of which ``spent`` is charged already,
         and a request against the rate limit when ``claim.rate_limits`` is given) on its own."""
         async def run(conn: Connection) -> Claimed:
-            row = await conn.fetchrow(_CLAIM, user_id, claim.hold_id, spent, claim.credits,
-                                      _limits(claim), claim.now, claim.expires)
-            return Claimed(**dict(row))
+            found = await conn.fetchval(_CLAIM, user_id, *_claim_params(claim))
+            return await _judge(conn, user_id, claim, spent, found)
         return await self._query(run)
 
     async def release_hold(self, user_id: str, hold: str) -> None:
