@@ -202,38 +202,39 @@ SELECT
 """
 
 
-def _claim_ctes(user: str, hold: str, need: str, counted: str, now: str, expires: str,
-                window_start: str) -> str:
-    """The CTEs ``locked`` and ``claim`` of a statement (their SQL parameters named): a claim
-    recorded on the account row under its lock, whatever the rules say of it. ``claim``
-    returns the row as the claim found it (``credits``, ``plan``, ``rate_hits``, ``holds``),
-    for :func:`policy.judge_claim` to judge; what they refuse :data:`_TAKE_BACK` undoes.
+def _claim_cte(user: str, hold: str, need: str, counted: str, now: str, expires: str,
+               window_start: str) -> str:
+    """The CTE ``claim`` of a statement (its SQL parameters named): a claim recorded on the
+    account row, under the row's lock, whatever the rules will say of it. It returns the row
+    as the claim left it (``credits``, ``plan``, ``rate_hits``, ``holds``) for :func:`_judge`;
+    what the rules refuse :data:`_TAKE_BACK` undoes.
 
-    Recorded: the request at ``now`` when the account's plan is one of ``counted``, and the
-    hold ``hold`` of ``need`` credits until ``expires``. Forgotten on the way: what the rules
-    no longer count (requests at or before ``window_start``, holds expired at ``now``)."""
-    return f"""locked AS (
-  SELECT user_id, plan, credits, rate_hits, holds FROM users WHERE user_id = {user} FOR UPDATE),
-claim AS (
-  UPDATE users u SET
-    rate_hits = ARRAY(SELECT h FROM unnest(locked.rate_hits) AS h WHERE h > {window_start}
-                      ORDER BY h)
-                || CASE WHEN locked.plan = ANY({counted}::text[]) THEN ARRAY[{now}::float8]
+    Recorded: the request at ``now``, last in ``rate_hits``, when the account's plan is one of
+    ``counted``; the hold ``hold`` of ``need`` credits until ``expires``, as ``[need, expires,
+    previous need, previous expires]`` (the hold's previous state: NULLs if it had none).
+    Forgotten on the way: what the rules no longer count (requests at or before
+    ``window_start``, holds expired at ``now``). An UPDATE's expressions see the row's latest
+    version, whatever another process just wrote."""
+    return f"""claim AS (
+  UPDATE users SET
+    rate_hits = ARRAY(SELECT h FROM unnest(rate_hits) AS h WHERE h > {window_start} ORDER BY h)
+                || CASE WHEN plan = ANY({counted}::text[]) THEN ARRAY[{now}::float8]
                         ELSE '{{}}'::float8[] END,
-    holds = (SELECT coalesce(jsonb_object_agg(k, v), '{{}}')
-             FROM jsonb_each(locked.holds) AS e(k, v) WHERE (v ->> 1)::float8 > {now})
-            || jsonb_build_object({hold}::text,
-                                  jsonb_build_array({need}::bigint, {expires}::float8))
-  FROM locked WHERE u.user_id = locked.user_id
-  RETURNING locked.credits, locked.plan, locked.rate_hits, locked.holds)
+    holds = (SELECT coalesce(jsonb_object_agg(k, v), '{{}}') FROM jsonb_each(holds) AS e(k, v)
+             WHERE k <> {hold}::text AND (v ->> 1)::float8 > {now})
+            || jsonb_build_object({hold}::text, jsonb_build_array(
+                 {need}::bigint, {expires}::float8, holds -> {hold}::text -> 0,
+                 holds -> {hold}::text -> 1))
+  WHERE user_id = {user}
+  RETURNING credits, plan, rate_hits, holds)
 """
 
 
 # The same read, claiming the turn's quotas (see gateway.billing.shared_quotas) on the way.
-_LOAD_AND_CLAIM = "WITH " + _claim_ctes("$1", "$4", "$5", "$6", "$7", "$8", "$9") + \
+_LOAD_AND_CLAIM = "WITH " + _claim_cte("$1", "$4", "$5", "$6", "$7", "$8", "$9") + \
     _LOAD_TURN.replace("NULL::json AS claimed",
                        "(SELECT row_to_json(c) FROM claim c) AS claimed")
-_CLAIM = ("WITH " + _claim_ctes("$1", "$2", "$3", "$4", "$5", "$6", "$7")
+_CLAIM = ("WITH " + _claim_cte("$1", "$2", "$3", "$4", "$5", "$6", "$7")
           + "SELECT row_to_json(c) FROM claim c")
 # What the rules refused of a claim its statement recorded: the admission's hold back to what
 # it was ($3: [credits, expires], or none), and the request ($4) no longer counted.
@@ -442,7 +443,7 @@ def _life_role(process_id: str) -> str:
 
 
 def _claim_params(claim: Claim) -> tuple[Any, ...]:
-    """A claim's parameters to :func:`_claim_ctes`, after the account's: its hold, what it
+    """A claim's parameters to :func:`_claim_cte`, after the account's: its hold, what it
     holds, the plans it counts requests of, now, when its hold expires, the window's start."""
     return (claim.hold_id, claim.credits, policy.counted_plans(claim.rate_limits), claim.now,
             claim.expires, policy.rate_window_start(claim.now))
@@ -451,18 +452,20 @@ def _claim_params(claim: Claim) -> tuple[Any, ...]:
 async def _judge(conn: Connection, user_id: str, claim: Claim, spent: int,
                  found: str | None) -> Claimed:
     """The rules' verdict (:func:`policy.judge_claim`) on a claim its statement recorded, from
-    the account row as that statement found it (``found``, JSON; None: no account), of which
+    the account row as that statement left it (``found``, JSON; None: no account), of which
     ``spent`` is charged already; what they refused is taken back at once. Until then other
     claims count it, which can only make them refuse more, never overspend."""
     if found is None:
         return Claimed(False, 0.0, False, 0)
     row = jsonio.loads(found)
-    holds, plan = row["holds"], row["plan"]
-    claimed = policy.judge_claim(row["credits"], plan, row["rate_hits"], holds, claim.hold_id,
-                                 spent, claim.rate_limits, claim.now)
-    recorded = [claim.credits, claim.expires]
-    kept = policy.hold_after(claimed.held, holds.get(claim.hold_id), recorded)
-    uncounted = plan in policy.counted_plans(claim.rate_limits) and not claimed.rate_ok
+    holds, plan, hits = row["holds"], row["plan"], row["rate_hits"]
+    counted = plan in policy.counted_plans(claim.rate_limits)
+    claimed = policy.judge_claim(row["credits"], plan, hits[:-1] if counted else hits, holds,
+                                 claim.hold_id, spent, claim.rate_limits, claim.now)
+    entry = holds[claim.hold_id]
+    recorded, previous = entry[:2], (None if entry[2] is None else entry[2:])
+    kept = policy.hold_after(claimed.held, previous, recorded)
+    uncounted = counted and not claimed.rate_ok
     if kept is not recorded or uncounted:
         await conn.execute(_TAKE_BACK, user_id, claim.hold_id,
                            None if kept is None else jsonio.dumps(kept).decode(),
