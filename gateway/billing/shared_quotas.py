@@ -4,7 +4,7 @@ The rate window and the credit holds live on the account's row (``users.rate_hit
 ``users.holds``), changed only by the store's claims and by the commits that release a hold
 with the charges it covered. Whether a claim fits is decided by the same rules as the
 in-memory quotas' (:mod:`gateway.store.policy`): the claim's statement records it under the
-row's lock and returns the row as it found it, the rules judge that, and a refused claim is
+row's lock and returns the row as it left it, the rules judge that, and a refused claim is
 taken back (see ``PostgresStore.hold_credits``). A turn's first claim rides on its read
 (``Store.load_turn``): a turn without tool rounds makes no round trip for its quotas. The
 hold is the first call's worst case at ``MAX_CONTEXT`` (the prompt is not assembled yet when
