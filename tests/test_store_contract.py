@@ -1,16 +1,34 @@
 """One set of store tests, run against both backends (SQLite and PostgreSQL), so that the two
-implementations of :class:`gateway.store.Store` cannot drift apart."""
+implementations of :class:`gateway.store.Store` cannot drift apart.
+
+Every method of the protocol has a test here: each test says which methods it exercises
+(:func:`covers`), the fixture checks that it did call each of them (directly, not through
+another method), and :func:`test_every_store_method_has_a_contract_test` fails for a method
+no test covers. The account rules (:mod:`gateway.store.policy`) are held to here too, through
+the store and the quotas each backend is used with (:func:`gateway.billing.quotas_for`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+import functools
+import inspect
+import json
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from gateway.base.errors import BadRequest, Conflict, NotFound
+from gateway.base.errors import BadRequest, Conflict, NotFound, PaymentRequired, RateLimited
+from gateway.base.times import iso_utc
+from gateway.billing import quotas_for
+from gateway.billing.credits import CreditsBusy, UsageBounds, worst_case
+from gateway.billing.quotas import Admission, Quotas, TurnBill
+from gateway.config.settings import Plan, Settings, load_settings
 from gateway.store import (
     ChannelMessage,
     Charge,
@@ -20,13 +38,70 @@ from gateway.store import (
     SummaryCommit,
     ThreadRef,
     TurnCommit,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+    policy,
 )
+from gateway.store import events as webhook_events
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
 from tests.helpers import Clock
 
 REF = ThreadRef("alice", "t1", "alice--t1", "dashboard")
 BOB_REF = ThreadRef("bob", "t1", "bob--t1", "dashboard")
+Test = TypeVar("Test", bound=Callable[..., Awaitable[None]])
+
+
+def store_methods() -> set[str]:
+    """The methods of the Store protocol."""
+    return {name for name, _ in inspect.getmembers(Store, inspect.isfunction)
+            if not name.startswith("_")}
+
+
+COVERED: dict[str, list[str]] = {}  # Store method -> the contract tests exercising it
+
+
+def covers(*methods: str) -> Callable[[Test], Test]:
+    """Declare the Store methods a contract test (taking the ``store`` fixture) exercises: the
+    test fails if it did not call one of them itself, and the meta-test fails for a method no
+    test declares."""
+    unknown = set(methods) - store_methods()
+    assert not unknown, f"not methods of the Store protocol: {sorted(unknown)}"
+
+    def mark(test: Test) -> Test:
+        for method in methods:
+            COVERED.setdefault(method, []).append(test.__name__)
+
+        @functools.wraps(test)
+        async def checked(*args: Any, **kwargs: Any) -> None:
+            await test(*args, **kwargs)
+            uncalled = set(methods) - kwargs["store"].contract_calls
+            assert not uncalled, f"{test.__name__} declares {sorted(uncalled)}, never calls them"
+        return checked  # type: ignore[return-value]
+    return mark
+
+
+# How deep in store calls the running task is: a method another one calls is not the test's.
+_DEPTH: ContextVar[int] = ContextVar("store_call_depth", default=0)
+
+
+def record_calls(store: Any, called: set[str]) -> None:
+    """Make ``store`` note in ``called`` each protocol method the test itself calls."""
+    for name in store_methods():
+        method = getattr(store, name)
+
+        async def recorded(*args: Any, _name: str = name, _method: Any = method,
+                           **kwargs: Any) -> Any:
+            depth = _DEPTH.get()
+            if depth == 0:
+                called.add(_name)
+            token = _DEPTH.set(depth + 1)
+            try:
+                return await _method(*args, **kwargs)
+            finally:
+                _DEPTH.reset(token)
+        setattr(store, name, recorded)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -37,10 +112,40 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path,
     else:
         opened = PostgresStore(request.getfixturevalue("postgres_url"), clock)
     await opened.open()
+    opened.contract_calls = set()
+    record_calls(opened, opened.contract_calls)
     try:
         yield opened
     finally:
         await opened.close()
+
+
+async def another_process(store: Store, clock: Clock) -> Store | None:
+    """The same database opened as another gateway process would: None for SQLite (one
+    process only)."""
+    if not isinstance(store, PostgresStore):
+        return None
+    other = PostgresStore(store.url, clock)
+    await other.open()
+    return other
+
+
+def test_every_store_method_has_a_contract_test() -> None:
+    missing = sorted(store_methods() - COVERED.keys())
+    assert not missing, f"Store methods no contract test covers: {missing}"
+
+
+@pytest.mark.parametrize("backend", [SQLiteStore, PostgresStore])
+def test_both_backends_implement_the_protocol_as_declared(backend: type) -> None:
+    for name in sorted(store_methods()):
+        declared = inspect.signature(getattr(Store, name)).parameters
+        implemented = inspect.signature(getattr(backend, name)).parameters
+        # the protocol's parameters, in order, with its defaults; more only if optional
+        assert [(p.name, p.default) for p in declared.values()] == [
+            (p.name, p.default) for p in list(implemented.values())[:len(declared)]], name
+        assert all(p.default is not inspect.Parameter.empty
+                   for p in list(implemented.values())[len(declared):]), name
+        assert inspect.iscoroutinefunction(getattr(backend, name)), name
 
 
 @pytest.fixture
@@ -61,6 +166,8 @@ def turn(ref: ThreadRef, text: str, reply: str, credits: int = 3,
 
 
 # --- accounts ----------------------------------------------------------------------------
+@covers("create_user", "ensure_user", "grant_credits", "replace_token", "user_for_token",
+        "roll_period", "ledger", "set_plan", "charge_minutes", "get_user")
 async def test_accounts_grants_tokens_and_periods(store: Store) -> None:
     await users(store)
     with pytest.raises(BadRequest):
@@ -79,13 +186,21 @@ async def test_accounts_grants_tokens_and_periods(store: Store) -> None:
                                     for _ in range(5)))
     assert {user.credits for user in rolled} == {2000}
     assert [c.kind for c in await store.ledger("alice")].count("monthly_grant") == 1
+    # a new account opens in the month of its creation unless told otherwise
+    assert (await store.create_user("carol", "free", 0, 0)).period == "2026-01"
+    assert [c.kind for c in await store.ledger("carol")] == []  # nothing granted: no row
     moved = await store.set_plan("bob", "team", 5000, 100)
     assert (moved.plan, moved.credits, moved.browser_minutes) == ("team", 5000, 100)
     charged = await store.charge_minutes("bob", "bob--t1", 3)
     assert charged.browser_minutes == 97
+    # a grant tops up to the plan's amounts, never down to them
+    moved = await store.set_plan("bob", "free", 1000, 200)
+    assert (moved.plan, moved.credits, moved.browser_minutes) == ("free", 5000, 200)
+    assert (await store.roll_period("bob", "2026-01", "2026-02", 1000, 30)).credits == 5000
     assert await store.get_user("nobody") is None
 
 
+@covers("take_minutes", "charge_minutes")
 async def test_browser_minutes_are_taken_only_as_far_as_the_balance_holds(store: Store) -> None:
     await users(store)
     await store.set_plan("bob", "team", 5000, 3)
@@ -99,8 +214,14 @@ async def test_browser_minutes_are_taken_only_as_far_as_the_balance_holds(store:
     results = await asyncio.gather(*(store.take_minutes("alice", None, 1) for _ in range(40)))
     alice = await store.get_user("alice")
     assert alice is not None and alice.browser_minutes == 0 and sum(results) == 30
+    # metered time may take a balance below zero; nothing more is taken from it
+    assert (await store.charge_minutes("alice", None, 5)).browser_minutes == -5
+    assert await store.take_minutes("alice", None, 3) == 0
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.browser_minutes == -5
 
 
+@covers("ledger_page", "ledger_totals", "ledger_daily")
 async def test_the_ledger_in_pages_totals_and_days(store: Store, clock: Clock) -> None:
     await users(store)
     for index in range(5):
@@ -117,6 +238,8 @@ async def test_the_ledger_in_pages_totals_and_days(store: Store, clock: Clock) -
 
 
 # --- threads and memory ----------------------------------------------------------------
+@covers("put_pinned", "put_specialist", "put_credential", "commit_turn", "load_turn",
+        "rolling_memory")
 async def test_a_turn_is_written_and_read_back_whole(store: Store) -> None:
     await users(store)
     await store.put_pinned(REF, "name", "Ada", 10)
@@ -139,6 +262,7 @@ async def test_a_turn_is_written_and_read_back_whole(store: Store) -> None:
         await store.commit_turn(turn(ThreadRef("bob", "x", "alice--t1", "dashboard"), "a", "b"))
 
 
+@covers("display_page", "list_threads")
 async def test_display_pages_and_thread_lists_page_by_cursor(store: Store,
                                                              clock: Clock) -> None:
     await users(store)
@@ -158,6 +282,8 @@ async def test_display_pages_and_thread_lists_page_by_cursor(store: Store,
     assert [t.ref.thread_id for t in second] == ["l1", "l0", "t1"] and end is None
 
 
+@covers("get_pinned", "put_pinned", "delete_pinned", "clear_thread", "delete_thread",
+        "get_thread")
 async def test_pinned_keys_clear_and_delete(store: Store) -> None:
     await users(store)
     assert await store.get_pinned(REF) == {}
@@ -180,6 +306,7 @@ async def test_pinned_keys_clear_and_delete(store: Store) -> None:
     assert await store.delete_pinned(REF, None) == {}
 
 
+@covers("commit_summary")
 async def test_a_summary_applies_only_at_the_version_it_read(store: Store) -> None:
     await users(store)
     ids = []
@@ -201,6 +328,9 @@ async def next_run(store: Store) -> None:
     await store.open()
 
 
+@covers("open", "close", "inbox_add", "inbox_pending", "answer_inbox", "drop_inbox",
+        "pending_deliveries", "deliveries", "delivery_progress", "delivery_retry",
+        "delivery_finished", "prune_inbound")
 async def test_the_inbox_answers_once_and_the_outbox_keeps_failures(store: Store) -> None:
     await users(store)
     entry = InboxEntry("telegram", "m1", "alice--t1", '{"chat": 1}', 4096, b"sealed")
@@ -238,7 +368,30 @@ async def test_the_inbox_answers_once_and_the_outbox_keeps_failures(store: Store
     assert await store.prune_inbound("9999-12-31T00:00:00Z") == 5
 
 
+@covers("queue_message")
+async def test_a_plugins_own_message_is_queued_once_and_survives_a_restart(
+        store: Store) -> None:
+    own = InboxEntry("loop", "out-1", "loop:c1", '{"to": 1}', 50, b"")
+    assert await store.queue_message(own, "your reminder")
+    assert not await store.queue_message(own, "your reminder")  # its id is taken: once only
+    await next_run(store)
+    [delivery] = await store.pending_deliveries()
+    assert (delivery.channel, delivery.message_id, delivery.conversation, delivery.address,
+            delivery.text, delivery.max_chars) == (
+        "loop", "out-1", "loop:c1", '{"to": 1}', "your reminder", 50)
+    assert await store.inbox_pending() == []  # nothing for the inbox to answer
+    # an inbound message's id is never taken over: its pending row stays pending
+    await store.inbox_add(InboxEntry("loop", "m1", "loop:c1", "{}", 50, b"sealed"))
+    assert not await store.queue_message(InboxEntry("loop", "m1", "loop:c1", "{}", 50, b""),
+                                         "not an answer")
+    await next_run(store)
+    assert [e.message_id for e in await store.inbox_pending()] == ["m1"]
+
+
 # --- specialists, credentials, sign-in, retention ----------------------------------------
+@covers("put_specialist", "list_specialists", "get_specialist", "delete_specialist",
+        "put_credential", "delete_credential", "create_web_session", "web_session",
+        "create_login_link", "use_login_link")
 async def test_specialists_credentials_and_dashboard_sessions(store: Store,
                                                               clock: Clock) -> None:
     await users(store)
@@ -264,6 +417,7 @@ async def test_specialists_credentials_and_dashboard_sessions(store: Store,
     assert spent.count("alice") == 1 and spent.count(None) == 3
 
 
+@covers("expired_threads")
 async def test_expired_threads_by_plan_cutoff(store: Store, clock: Clock) -> None:
     await users(store)
     await store.commit_turn(turn(REF, "old", "a"))
@@ -272,3 +426,354 @@ async def test_expired_threads_by_plan_cutoff(store: Store, clock: Clock) -> Non
     await store.commit_turn(turn(ThreadRef("alice", "t2", "alice--t2", "dashboard"), "new", "c"))
     expired = await store.expired_threads({"free": "2026-01-15T00:00:00Z"})
     assert [(e.session_key, e.plan) for e in expired] == [("alice--t1", "free")]
+
+
+# --- accounts as a whole -----------------------------------------------------------------
+@covers("list_users", "user_counts", "revoke_access", "delete_user", "list_credentials",
+        "delete_web_session")
+async def test_accounts_are_listed_counted_revoked_and_deleted_whole(store: Store,
+                                                                      clock: Clock) -> None:
+    await users(store)
+    await store.create_user("carol", "free", 0, 0, "2026-01")
+    first = await store.list_users(2)
+    assert [u.user_id for u in first] == ["alice", "bob"]
+    assert [u.user_id for u in await store.list_users(2, "bob")] == ["carol"]
+    await store.commit_turn(turn(REF, "q", "a"))
+    await store.replace_token("alice", "token-hash")
+    await store.create_web_session("s1", "alice", "csrf", clock() + 60)
+    await store.create_web_session("s2", "alice", "csrf", clock() + 60)
+    await store.delete_web_session("s2")
+    assert await store.web_session("s2") is None and await store.web_session("s1") is not None
+    await store.put_specialist("alice", "chef", "Cook.")
+    await store.put_credential("alice", "example.com", b"sealed")
+    assert [c.site for c in await store.list_credentials("alice")] == ["example.com"]
+    await store.create_webhook(webhook("alice"))
+    assert await store.user_counts("alice") == {"threads": 1, "tokens": 1, "sessions": 1,
+                                                 "specialists": 1, "logins": 1, "webhooks": 1}
+    await store.create_login_link("code", "alice", clock() + 60)
+    assert await store.revoke_access("alice") == 3  # the token, the session, the link
+    assert await store.user_for_token("token-hash") is None
+    assert await store.use_login_link("code") is None
+    await store.inbox_add(InboxEntry("telegram", "m1", "alice--t1", "{}", 10, b"x"))
+    assert await store.delete_user("alice")
+    assert not await store.delete_user("alice")
+    assert await store.get_user("alice") is None and await store.ledger("alice") == []
+    assert await store.get_thread("alice--t1") is None and await store.inbox_pending() == []
+    assert await store.list_webhooks("alice") == []
+    assert (await store.get_user("bob")) is not None  # nobody else's rows
+
+
+# --- billing: the rules of gateway.store.policy, through the store and its quotas ----------
+def settings_with(*plans: Plan) -> Settings:
+    """The default settings, with ``plans`` added."""
+    defaults = load_settings(env={})
+    return dataclasses.replace(defaults, plans={**defaults.plans,
+                                                **{plan.name: plan for plan in plans}})
+
+
+async def run_turn(store: Store, quotas: Quotas, settings: Settings, ref: ThreadRef,
+                   prompts: list[int], pause: Callable[[], Awaitable[None]]) -> int:
+    """A turn as the gateway runs one, billing-wise (gateway.turn.agent): admitted before its
+    read, checked, then before each call a hold for its worst case (a call per prompt size
+    in ``prompts``: the first, then tool rounds), each call charged its worst case, the
+    charges committed with the hold's release, or recorded so if the turn fails after a call.
+    What it was charged; raises what refused it."""
+    async with quotas.admit(ref.user_id) as admission:
+        state = await store.load_turn(ref, ref.user_id, None, admission.claim)
+        plan = settings.plans[state.user.plan]
+        await admission.check(state.user, plan.requests_per_minute, state.claimed)
+        bill = TurnBill(settings, admission, state.user.credits)
+        try:
+            for prompt in prompts:
+                await bill.reserve(prompt)
+                await pause()  # the provider answers
+                bounds = UsageBounds.of(prompt, settings.llm_max_tokens)
+                bill.charge("chat", settings.llm_model, bounds.prompt, bounds.completion)
+            await store.commit_turn(TurnCommit(
+                ref=ref, billed_user=ref.user_id, charges=bill.charges, hold=bill.hold,
+                messages=[NewMessage("user", "q", 1), NewMessage("assistant", "a", 1)]))
+        except BaseException:
+            if bill.charges:
+                await store.record_charges(ref.user_id, ref.session_key, bill.charges,
+                                           bill.hold)
+                bill.settle()
+            raise
+        return bill.settle()
+
+
+async def _nothing() -> None:
+    """A provider that answers at once."""
+
+
+def alice_ref(thread: str) -> ThreadRef:
+    return ThreadRef("alice", thread, f"alice--{thread}", "dashboard")
+
+
+@covers("load_turn", "commit_turn", "record_charges")
+async def test_a_turn_refused_a_tool_round_keeps_its_hold_until_its_charge_is_stored(
+        store: Store, clock: Clock) -> None:
+    """The PostgreSQL-only overspend: a turn refused a tool round let go of its first call's
+    hold before that call was charged, and another turn spent those credits meanwhile."""
+    settings = settings_with()
+    most = worst_case(settings, settings.max_context, settings.llm_max_tokens)
+    bounds = UsageBounds.of(settings.max_context, settings.llm_max_tokens)
+    await store.create_user("alice", "team", 2 * most, 0, "2026-01")
+    quotas = quotas_for(store, settings, clock)
+
+    async def started(admission: Admission, ref: ThreadRef) -> TurnBill:
+        state = await store.load_turn(ref, "alice", None, admission.claim)
+        await admission.check(state.user, 0, state.claimed)
+        bill = TurnBill(settings, admission, state.user.credits)
+        await bill.reserve(settings.max_context)  # its first call is held
+        return bill
+
+    async with quotas.admit("alice") as a:
+        a_bill = await started(a, alice_ref("a"))
+        async with quotas.admit("alice") as b:
+            b_bill = await started(b, alice_ref("b"))  # all the credits are held now
+            a_bill.charge("chat", "m", bounds.prompt, bounds.completion)  # a's call answered
+            with pytest.raises(CreditsBusy):  # a's tool round does not fit beside b's call
+                await a_bill.reserve(settings.max_context)
+            # a's first call is charged only when a ends: until then nobody else may start
+            with pytest.raises(CreditsBusy):
+                await run_turn(store, quotas, settings, alice_ref("c"),
+                               [settings.max_context], _nothing)
+            b_bill.charge("chat", "m", bounds.prompt, bounds.completion)
+            await store.commit_turn(TurnCommit(alice_ref("b"), "alice", [], b_bill.charges,
+                                               hold=b_bill.hold))
+            b_bill.settle()
+        await store.record_charges("alice", "alice--a", a_bill.charges, a_bill.hold)
+        a_bill.settle()
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.credits == 0
+    assert [c.credits for c in await store.ledger("alice")] == [-2 * most, most, most]
+    with pytest.raises(PaymentRequired):
+        await run_turn(store, quotas, settings, alice_ref("d"), [100], _nothing)
+
+
+@covers("load_turn", "get_user", "ledger")
+async def test_concurrent_turns_of_one_user_overspend_by_one_call_at_most(
+        store: Store, clock: Clock) -> None:
+    """Many turns of one user at once, with tool rounds, half of them through another process
+    on PostgreSQL: the charges never exceed the balance by a call's worst case. (With the
+    refused claim's hold dropped, they overspent by several calls, most runs.)"""
+    settings = settings_with()
+    most = worst_case(settings, settings.max_context, settings.llm_max_tokens)
+    await store.create_user("alice", "team", 40 * most + 5, 0, "2026-01")
+    other = await another_process(store, clock)
+    stores = [store] if other is None else [store, other]
+    quotas = [quotas_for(s, settings, clock) for s in stores]
+    rng = random.Random(7)
+
+    async def pause() -> None:
+        await asyncio.sleep(rng.uniform(0, 0.004))
+
+    async def turn_after_turn(worker: int) -> tuple[int, int]:
+        charged = refused = 0
+        for n in range(6):
+            which = (worker + n) % len(stores)
+            prompts = [settings.max_context] * (2 + (worker + n) % 2)  # 1 or 2 tool rounds
+            try:
+                charged += await run_turn(stores[which], quotas[which], settings,
+                                          alice_ref(f"w{worker}-{n}"), prompts, pause)
+            except (CreditsBusy, PaymentRequired):
+                refused += 1
+            await pause()
+        return charged, refused
+
+    try:
+        results = await asyncio.gather(*(turn_after_turn(worker) for worker in range(16)))
+    finally:
+        if other is not None:
+            await other.close()
+    alice = await store.get_user("alice")
+    assert alice is not None
+    # the last call let start may find less than its worst case left: never nothing
+    assert alice.credits > -most, f"overspent by {-alice.credits}"
+    assert sum(row.credits for row in await store.ledger("alice")) == -alice.credits
+    assert sum(refused for _, refused in results) > 0  # the credits did run out
+
+
+@covers("load_turn")
+async def test_the_rate_window_counts_a_minute_of_admitted_requests(store: Store,
+                                                                    clock: Clock) -> None:
+    settings = settings_with(Plan("limited", 1000, 0, 30, requests_per_minute=2))
+    await store.create_user("alice", "limited", 1000, 0, "2026-01")
+    await store.create_user("bob", "team", 1000, 0, "2026-01")  # no limit
+    await store.create_user("carol", "limited", 1000, 0, "2026-01")
+    quotas = quotas_for(store, settings, clock)
+
+    async def request(user: str = "alice", thread: str = "t", via: Store = store,
+                      through: Quotas = quotas) -> float | None:
+        """None if admitted, else the seconds to wait."""
+        try:
+            await run_turn(via, through, settings,
+                           ThreadRef(user, thread, f"{user}--{thread}", "api"), [], _nothing)
+        except RateLimited as exc:
+            assert not isinstance(exc, CreditsBusy)
+            return exc.retry_after
+        return None
+
+    assert await request() is None  # t=0
+    clock.advance(10)
+    assert await request() is None  # t=10
+    clock.advance(10)
+    assert await request() == pytest.approx(40)  # t=20: full until t=0 leaves, at 60
+    clock.advance(31)
+    assert await request() == pytest.approx(9)  # t=51; refusals are not counted...
+    clock.advance(10)
+    assert await request() is None  # t=61: ...so only t=10 is left in the window
+    clock.advance(4)
+    assert await request() == pytest.approx(5)  # t=65: t=10 and t=61 fill it
+    assert [await request("bob") for _ in range(30)] == [None] * 30
+    # ten at once, half through another process where there can be one: two are let in
+    other = await another_process(store, clock)
+    try:
+        ways = [(store, quotas)] if other is None else [
+            (store, quotas), (other, quotas_for(other, settings, clock))]
+        answers = await asyncio.gather(*(
+            request("carol", f"c{n}", *ways[n % len(ways)]) for n in range(10)))
+    finally:
+        if other is not None:
+            await other.close()
+    assert answers.count(None) == 2
+
+
+# --- credits.low -------------------------------------------------------------------------
+def webhook(user_id: str, events: tuple[str, ...] = (webhook_events.CREDITS_LOW,),
+            webhook_id: str = "") -> Webhook:
+    return Webhook(webhook_id or f"wh_{user_id}", user_id, "https://example.com/hook", events,
+                   b"sealed", "2026-01-01T00:00:00Z")
+
+
+@covers("commit_turn", "commit_summary", "grant_credits", "create_webhook",
+        "webhook_deliveries")
+async def test_credits_low_is_told_once_per_crossing(store: Store, clock: Clock) -> None:
+    await users(store)  # alice: the free plan's 1,000 credits
+    await store.create_webhook(webhook("alice"))
+    low = policy.low_credits_threshold(1000)
+    assert low == 100
+
+    def spend(credits: int, thread: str = "t1") -> TurnCommit:
+        return dataclasses.replace(turn(alice_ref(thread), "q", "a", credits=credits),
+                                   low_credits=low)
+
+    async def told() -> list[int]:
+        deliveries = await store.webhook_deliveries("alice", "wh_alice", 100)
+        return [json.loads(d.body)["data"]["credits"] for d in reversed(deliveries)]
+
+    await store.grant_credits("alice", -890)  # 110
+    await store.commit_turn(spend(5))  # 105
+    await store.commit_turn(spend(5))  # 100: at the threshold is not under it
+    assert await told() == []
+    await store.commit_turn(spend(1))  # 99: fell under
+    await store.commit_turn(spend(5))  # 94: still under, no second event
+    assert await told() == [99]
+    await store.grant_credits("alice", 56)  # 150
+    ids = [m.id for m in (await store.rolling_memory("alice--t1"))[1]]
+    await store.commit_summary(SummaryCommit("alice--t1", "alice", 0, "s", 1, ids[0],
+                                             Charge("summarize", "m", 1, 1, 60),
+                                             low_credits=low))  # 90: fell under again
+    assert await told() == [99, 90]
+    await store.grant_credits("alice", 110)  # 200
+    await asyncio.gather(*(store.commit_turn(spend(15, f"c{n}")) for n in range(10)))  # 50
+    assert len(await told()) == 3  # one of the ten crossed; the others were under already
+    # the same body from both stores, as gateway.store.events writes it
+    [last] = await store.webhook_deliveries("alice", "wh_alice", 1)
+    data = json.loads(last.body)["data"]
+    assert last.body == webhook_events.body(webhook_events.CREDITS_LOW, iso_utc(clock()), data)
+    assert data["threshold"] == 100 and 50 <= data["credits"] < 100
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.credits == 50
+
+
+# --- outbound webhooks -------------------------------------------------------------------
+@covers("create_webhook", "list_webhooks", "get_webhook", "delete_webhook", "emit",
+        "webhook_deliveries", "webhook_pending", "webhook_delivery", "webhook_attempts",
+        "clear_thread", "delete_thread")
+async def test_webhooks_queue_with_the_changes_they_report(store: Store, clock: Clock) -> None:
+    await users(store)
+    told: list[WebhookDelivery] = []
+    store.webhooks_queued = told.extend
+    await store.create_webhook(webhook("alice", ("thread.cleared", "thread.deleted"), "wh_a"))
+    clock.advance(1)
+    await store.create_webhook(webhook("alice", ("message.created",), "wh_b"))
+    assert [w.id for w in await store.list_webhooks("alice")] == ["wh_a", "wh_b"]
+    found = await store.get_webhook("wh_a")
+    assert found is not None and found.events == ("thread.cleared", "thread.deleted")
+    assert await store.get_webhook("nope") is None
+    ref = webhook_events.thread_cleared(REF)
+    assert await store.emit("alice", [ref]) == 1  # only wh_a subscribes
+    assert await store.emit("alice", [webhook_events.webhook_test("wh_b")], only="wh_b") == 1
+    assert await store.emit("bob", [ref]) == 0
+    await store.commit_turn(turn(REF, "q", "a"))
+    assert await store.clear_thread("alice--t1", [webhook_events.thread_cleared(REF)])
+    assert await store.delete_thread("alice--t1", [webhook_events.thread_deleted(REF)])
+    assert not await store.delete_thread("alice--t1", [webhook_events.thread_deleted(REF)])
+    assert [d.event for d in told] == ["thread.cleared", "webhook.test", "thread.cleared",
+                                       "thread.deleted"]
+    log = await store.webhook_deliveries("alice", "wh_a", 10)
+    assert [d.event for d in log] == ["thread.deleted", "thread.cleared", "thread.cleared"]
+    assert all(d.state == "pending" for d in log)
+    await next_run(store)  # what a run left pending is the next's
+    due = await store.webhook_pending()
+    assert sorted(d.id for d in due) == sorted(d.id for d in told)
+    first = log[-1]
+    await store.webhook_attempts([
+        WebhookAttempt(first.id, "pending", 1, 503, clock() + 30, "HTTP 503"),
+        WebhookAttempt(first.id, "delivered", 2, 200, clock() + 30, None)])
+    delivered = await store.webhook_delivery(first.id)
+    assert delivered is not None and (delivered.state, delivered.attempts,
+                                      delivered.last_status) == ("delivered", 2, 200)
+    assert delivered.body == first.body
+    assert await store.delete_webhook("alice", "wh_a")
+    assert not await store.delete_webhook("bob", "wh_b")  # not bob's
+    assert await store.webhook_delivery(first.id) is None  # its deliveries went with it
+
+
+# --- queues and records of calls -----------------------------------------------------------
+@covers("queue_depths", "record_charges")
+async def test_queue_depths_and_charges_of_a_turn_not_stored(store: Store) -> None:
+    await users(store)
+    for n in range(3):
+        await store.inbox_add(InboxEntry("telegram", f"m{n}", "alice--t1", "{}", 10, b"x"))
+    await store.inbox_add(InboxEntry("slack", "s1", "alice--t1", "{}", 10, b"x"))
+    await store.answer_inbox("telegram", "m0", "reply")
+    assert await store.queue_depths() == {"telegram": (2, 1), "slack": (1, 0)}
+    await store.record_charges("alice", "alice--t1", [Charge("chat", "m", 10, 5, 4),
+                                                      Charge("chat", "m", 20, 5, 6)])
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.credits == 990
+    assert [c.credits for c in await store.ledger("alice")][-2:] == [4, 6]
+    assert await store.get_thread("alice--t1") is None  # the turn itself was not stored
+
+
+# --- several processes ---------------------------------------------------------------------
+@covers("lock_thread", "try_lead")
+async def test_turn_locks_and_roles_exclude_other_processes(store: Store,
+                                                            clock: Clock) -> None:
+    lock = await store.lock_thread("alice--t1")
+    leader = await store.try_lead("poller")
+    assert leader is not None and await leader.alive()
+    other = await another_process(store, clock)
+    if other is None:  # SQLite: one process, its in-process locks are the whole story
+        assert lock is None and not store.shared
+        assert await store.try_lead("poller") is not None
+        return
+    assert lock is not None and store.shared
+    try:
+        assert await other.try_lead("poller") is None
+        waiting = asyncio.ensure_future(other.lock_thread("alice--t1"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # the other process's turn waits for this one's
+        await lock.release()
+        theirs = await asyncio.wait_for(waiting, 5)
+        assert theirs is not None
+        await theirs.release()
+        await leader.release()
+        assert not await leader.alive()
+        taken = await other.try_lead("poller")
+        assert taken is not None
+        await taken.release()
+    finally:
+        await other.close()

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NoReturn
 
 from gateway.base.errors import PaymentRequired, RateLimited
 from gateway.base.times import iso, month_of
 from gateway.config.settings import Settings
-from gateway.store import Charge
+from gateway.store import Charge, policy
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
@@ -34,6 +35,19 @@ class CreditsBusy(RateLimited):
 
     def __init__(self) -> None:
         super().__init__(CREDITS_BUSY, retry_after=CREDITS_BUSY_RETRY_SECONDS)
+
+
+def refuse(standing: policy.Standing) -> NoReturn:
+    """Raise what a call refused by the credit rule (:func:`policy.hold_check`) hears: 429
+    ``credits_busy`` when other turns hold what is left, 402 when the balance is spent."""
+    if standing is policy.Standing.BUSY:
+        raise CreditsBusy()
+    raise PaymentRequired(OUT_OF_CREDITS)
+
+
+def over_rate_limit(limit: int, retry_after: float) -> RateLimited:
+    """The 429 of a request over its plan's ``limit`` (:func:`policy.rate_check`)."""
+    return RateLimited(f"more than {limit} requests a minute; slow down", retry_after=retry_after)
 
 
 # --- what a call costs ------------------------------------------------------------------------
@@ -114,20 +128,26 @@ class Admission:
         """Raise unless, counting what others hold and this turn's ``spent``, credits are
         available: 402 when the balance itself is spent, 429 ``credits_busy`` when what is
         left is only held by other turns in flight (they settle, usually for less, soon)."""
-        account = self._account
-        own = balance - (account.settled - self._snapshot) - spent
-        if own - (account.reserved - self._held) > 0:
-            return
-        if own > 0:
-            raise CreditsBusy()
-        raise PaymentRequired(OUT_OF_CREDITS)
+        standing = self._standing(balance, spent)
+        if standing is not policy.Standing.HELD:
+            refuse(standing)
 
     def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Before a provider call: hold what this turn has ``spent`` so far plus ``estimate``
-        (the call's worst case) — or raise as :meth:`require` does."""
-        self.require(balance, spent)
-        self._account.reserved += spent + estimate - self._held
-        self._held = spent + estimate
+        (the call's worst case) — or raise as :meth:`require` does, keeping what it held."""
+        standing = self._standing(balance, spent)
+        held = policy.hold_after(standing is policy.Standing.HELD, self._held, spent + estimate)
+        self._account.reserved += held - self._held
+        self._held = held
+        if standing is not policy.Standing.HELD:
+            refuse(standing)
+
+    def _standing(self, balance: int, spent: int) -> policy.Standing:
+        """The credit rule, with the balance as this process knows it now (what was read,
+        less what turns admitted since have settled) and the other turns' holds."""
+        account = self._account
+        return policy.hold_check(balance - (account.settled - self._snapshot), spent,
+                                 account.reserved - self._held)
 
     def settle(self, charged: int) -> None:
         """The turn (or summarization) was charged ``charged``: its hold becomes that charge.
@@ -142,16 +162,16 @@ class Admission:
         self._held = 0
 
 
-
 class CreditGuard:
     """Keeps concurrent turns of one user from overspending by more than one turn's cost.
 
-    A turn is admitted before it reads the balance, then reserves its estimated cost: it may
-    start only while ``balance - charged since admission - held by other turns`` is positive.
-    When it is not, the turn is refused with 402 if the balance itself is spent, or with 429
-    ``credits_busy`` if only the other turns' holds use it up. Settling replaces the hold by the
-    real charge, never more than the hold. In-process (one process on SQLite); PostgreSQL
-    holds them in the database (:mod:`gateway.store.postgres_quotas`).
+    A turn is admitted before it reads the balance, then reserves its estimated cost under the
+    credit rule (:func:`policy.hold_check`, with the balance less what was charged since its
+    admission, and the other turns' holds): refused with 402 if the balance itself is spent,
+    or with 429 ``credits_busy`` if only the other turns' holds use it up. Settling replaces
+    the hold by the real charge, never more than the hold. In-process (one process on
+    SQLite); PostgreSQL holds them on the account's row
+    (:mod:`gateway.billing.shared_quotas`), under the same rule.
     """
 
     def __init__(self) -> None:
@@ -174,9 +194,10 @@ class CreditGuard:
 
 # --- rate limits -----------------------------------------------------------------------------
 class RateLimiter:
-    """Sliding one-minute window of turns per user; ``limit`` 0 means no limit."""
+    """The rate window (:func:`policy.rate_check`) of each user's turns, in this process's
+    memory; ``limit`` 0 means no limit."""
 
-    WINDOW_SECONDS = 60.0
+    WINDOW_SECONDS = policy.RATE_WINDOW_SECONDS
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -184,20 +205,21 @@ class RateLimiter:
 
     def check(self, user_id: str, limit: int) -> None:
         """Count one turn, or raise 429 with the seconds until the window has room."""
-        if limit <= 0:
+        if not policy.rate_limited(limit):
             return
         now = self.clock()
         hits = self._hits.setdefault(user_id, deque())
-        while hits and hits[0] <= now - self.WINDOW_SECONDS:
+        start = policy.rate_window_start(now)
+        while hits and hits[0] <= start:  # out of the window: forgotten (bounded memory)
             hits.popleft()
-        if len(hits) >= limit:
-            retry_after = hits[0] + self.WINDOW_SECONDS - now
-            raise RateLimited(f"more than {limit} requests a minute; slow down",
-                              retry_after=max(retry_after, 0.001))
-        hits.append(now)
+        verdict = policy.rate_check(hits, now, limit)
+        if not verdict.ok:
+            raise over_rate_limit(limit, verdict.retry_after)
+        if verdict.counted:
+            hits.append(now)
 
     def prune(self) -> None:
         """Forget users with no turn in the window (bounded memory)."""
-        cutoff = self.clock() - self.WINDOW_SECONDS
-        for user_id in [u for u, hits in self._hits.items() if not hits or hits[-1] <= cutoff]:
+        start = policy.rate_window_start(self.clock())
+        for user_id in [u for u, hits in self._hits.items() if not hits or hits[-1] <= start]:
             del self._hits[user_id]

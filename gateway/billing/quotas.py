@@ -2,7 +2,7 @@
 
 Two implementations of one protocol, picked by the store: :class:`LocalQuotas` keeps both in
 this process's memory (one process on SQLite: free of any round trip), and
-:class:`gateway.store.postgres_quotas.SharedQuotas` keeps them on the account's row in
+:class:`gateway.billing.shared_quotas.SharedQuotas` keeps them on the account's row in
 PostgreSQL, where every process sees them. A turn's admission is one object from before its
 state is read to its end:
 

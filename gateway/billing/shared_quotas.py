@@ -1,9 +1,12 @@
 """Quotas shared by every gateway process on one PostgreSQL database.
 
 The rate window and the credit holds live on the account's row (``users.rate_hits``,
-``users.holds``), changed only by ``cloudybot_claim`` (which reads the row FOR UPDATE) and by
-the commits that release a hold with the charges it covered. A turn's first claim rides on its
-read (``Store.load_turn``): a turn without tool rounds makes no round trip for its quotas. The
+``users.holds``), changed only by the store's claims and by the commits that release a hold
+with the charges it covered. Whether a claim fits is decided by the same rules as the
+in-memory quotas' (:mod:`gateway.store.policy`): the claim's statement records it under the
+row's lock and returns the row as it left it, the rules judge that, and a refused claim is
+taken back (see ``PostgresStore.hold_credits``). A turn's first claim rides on its read
+(``Store.load_turn``): a turn without tool rounds makes no round trip for its quotas. The
 hold is the first call's worst case at ``MAX_CONTEXT`` (the prompt is not assembled yet when
 the state is read), which is more than the in-memory guard holds for a short prompt: with
 little credit left, concurrent turns of one user see ``credits_busy`` sooner here.
@@ -16,10 +19,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from gateway.base.errors import PaymentRequired, RateLimited, Unavailable
-from gateway.billing.credits import OUT_OF_CREDITS, CreditsBusy
+from gateway.base.errors import Unavailable
+from gateway.billing.credits import over_rate_limit, refuse
 from gateway.billing.quotas import HOLD_SECONDS, Admission, new_claim
 from gateway.config.settings import Settings
+from gateway.store import policy
 from gateway.store.records import Claim, Claimed, User
 
 if TYPE_CHECKING:
@@ -83,15 +87,14 @@ class _SharedAdmission:
         if claimed is None:  # the read did not claim (it was not given the claim): claim now
             claimed = await self._hold(0, self._claim.credits, self._claim.rate_limits)
         if not claimed.rate_ok:
-            raise RateLimited(f"more than {limit} requests a minute; slow down",
-                              retry_after=max(claimed.retry_after, 0.001))
+            raise over_rate_limit(limit, claimed.retry_after)
         if claimed.held:
             self._held = self._claim.credits
             return
         if user.credits > claimed.balance:
             await self.reserve(user.credits, self._claim.credits)
             return
-        _refuse(claimed.balance)
+        refuse(policy.refusal(claimed.balance))
 
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Hold ``spent + estimate`` unless this admission holds that much already."""
@@ -100,14 +103,14 @@ class _SharedAdmission:
             return
         claimed = await self._hold(spent, need)
         if not claimed.held:
-            _refuse(claimed.balance - spent)
+            refuse(policy.refusal(claimed.balance - spent))
         self._held = need
 
     async def reserve_alone(self, estimate: int) -> None:
         """Hold ``estimate`` against the balance the claim reads (one statement)."""
         claimed = await self._hold(0, estimate)
         if not claimed.held:
-            _refuse(claimed.balance)
+            refuse(policy.refusal(claimed.balance))
         self._held = estimate
 
     def settle(self, charged: int) -> None:
@@ -125,10 +128,3 @@ class _SharedAdmission:
         now = self._clock()
         return await self._store.hold_credits(self._user_id, Claim(
             self._claim.hold_id, need, now, now + HOLD_SECONDS, rate_limits), spent)
-
-
-def _refuse(own: int) -> None:
-    """402 when the user's own balance is spent, else 429: other turns hold the rest."""
-    if own > 0:
-        raise CreditsBusy()
-    raise PaymentRequired(OUT_OF_CREDITS)

@@ -2,7 +2,9 @@
 
 The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend;
 ``PostgresStore`` (several processes on one database) implements the same protocol;
-:func:`gateway.store.backends.store_for` picks one from the configuration.
+:func:`gateway.store.backends.store_for` picks one from the configuration. The account rules
+both apply (balances, credit holds, the rate window, ``credits.low``) are written once, in
+:mod:`gateway.store.policy`.
 
 The events outbound webhooks report are written here too (:mod:`gateway.store.events`), in
 the transaction of the change they report.

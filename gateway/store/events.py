@@ -24,7 +24,8 @@ CREDITS_LOW = "credits.low"
 WEBHOOK_TEST = "webhook.test"
 EVENT_TYPES = (MESSAGE_CREATED, THREAD_SUMMARIZED, SESSION_ROTATED, THREAD_CLEARED,
                THREAD_DELETED, CREDITS_LOW, WEBHOOK_TEST)
-LOW_CREDITS_SHARE = 0.10  # credits.low: the balance fell under this share of the plan's grant
+# credits.low's balance in a body rendered before the balance is known (credits_low_around)
+_BALANCE_SLOT = '"credits":-1'
 
 
 _PROCESS = secrets.token_hex(8)  # with the counter: unique across processes and restarts
@@ -80,19 +81,16 @@ def webhook_test(webhook_id: str) -> WebhookEvent:
     return WebhookEvent(WEBHOOK_TEST, {"webhookId": webhook_id})
 
 
-def credits_low_data(balance: int, threshold: int) -> dict[str, object]:
-    """``credits.low``'s data (the store writes the event, knowing the balance after the
-    charges that made it fall under ``threshold``)."""
-    return {"credits": balance, "threshold": threshold}
+def credits_low(balance: int, threshold: int) -> WebhookEvent:
+    """The balance fell under ``threshold`` (:func:`gateway.store.policy.fell_under`):
+    ``balance`` is what the charges that made it fall left."""
+    return WebhookEvent(CREDITS_LOW, {"credits": balance, "threshold": threshold})
 
 
-def low_credits_threshold(grant: int) -> int | None:
-    """The balance under which an account's credits are low: a tenth of its plan's monthly
-    grant (None for a plan that grants nothing)."""
-    return int(grant * LOW_CREDITS_SHARE) if grant > 0 else None
-
-
-def fell_under(threshold: int | None, after: int, spent: int) -> bool:
-    """Whether charges of ``spent`` credits took the balance from ``threshold`` or more to
-    ``after``, under it (each fall is told once)."""
-    return threshold is not None and spent > 0 and after < threshold <= after + spent
+def credits_low_around(timestamp: str, threshold: int) -> tuple[str, str]:
+    """The body of :func:`credits_low` at ``timestamp``, cut where the balance goes: what comes
+    before its digits and what comes after, for a store that learns the balance only in the
+    statement that queues the event (its body is then the one :func:`body` writes)."""
+    text = body(CREDITS_LOW, timestamp, credits_low(-1, threshold).data)
+    head, tail = text.split(_BALANCE_SLOT)  # one slot: "credits" is one key of the data
+    return head + _BALANCE_SLOT[:-2], tail

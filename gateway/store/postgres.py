@@ -22,18 +22,20 @@ import asyncpg
 from gateway.base import jsonio
 from gateway.base.errors import BadRequest, Conflict, NotFound, Unavailable
 from gateway.base.times import epoch_of, iso_utc
+from gateway.store import policy
 from gateway.store.columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.store.postgres_webhooks import (
     HOOKED_ROWS,
     PostgresWebhooks,
-    credits_low_body,
+    credits_low_params,
     event_params,
     queue_events,
 )
 from gateway.store.records import (
     REPLY_SLOT,
     USER_MESSAGE_SLOT,
+    ChannelMessage,
     Charge,
     Claim,
     Claimed,
@@ -42,6 +44,7 @@ from gateway.store.records import (
     ExpiredThread,
     InboxEntry,
     LedgerEntry,
+    Moment,
     SecretRecord,
     SessionState,
     SessionWrite,
@@ -141,31 +144,27 @@ async def _charge(conn: Connection, user_id: str, thread_key: str | None, charge
         charge.completion_tokens, charge.credits, charge.minutes, now)
 
 
-async def _top_up(conn: Connection, user: User, credits: int, minutes: int, kind: str,
-                  now: str) -> None:
-    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
-    add_credits = max(0, credits - user.credits)
-    add_minutes = max(0, minutes - user.browser_minutes)
-    if add_credits or add_minutes:
-        await _charge(conn, user.user_id, None,
-                      Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
+async def _grant(conn: Connection, user_id: str, grant: Charge | None, now: str) -> None:
+    """Book ``grant`` (from :func:`policy.top_up`: None when nothing is granted)."""
+    if grant is not None:
+        await _charge(conn, user_id, None, grant, now)
 
 
-async def _answer_inbox(conn: Connection, channel: str, message_id: str, reply: str,
-                        epoch: float, now: str, process: str) -> bool:
+async def _answer_inbox(conn: Connection, inbound: ChannelMessage, reply: str, at: Moment,
+                        process: str) -> bool:
     """Mark a pending inbox message answered and put its reply in the outbox, together;
     False if the message is not pending (unknown, or answered already)."""
     row = await conn.fetchrow(
         "UPDATE inbox SET state = 'done', payload = NULL"
         " WHERE channel = $1 AND message_id = $2 AND state = 'pending'"
-        " RETURNING conversation, address, max_chars", channel, message_id)
+        " RETURNING conversation, address, max_chars", *inbound)
     if row is None:
         return False
     await conn.execute(
         "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
         " next_attempt, created, updated_at, taken_by) VALUES ($1, $2, $3, $4, $5, $6,"
-        " 'pending', $7, $7, $8, $9)", channel, message_id, row[0], row[1], reply, row[2], epoch,
-        now, process)
+        " 'pending', $7, $7, $8, $9)", *inbound, row[0], row[1], reply, row[2], at.epoch,
+        at.iso, process)
     return True
 
 
@@ -200,17 +199,63 @@ SELECT
   NULL::json AS claimed,
   {SESSION_STATE} AS session
 """
-# The same read, claiming the turn's quotas (see gateway.store.postgres_quotas) on the way.
-_LOAD_AND_CLAIM = _LOAD_TURN.replace("NULL::json AS claimed", """\
-(SELECT row_to_json(c) FROM cloudybot_claim($1, $4, 0, $5, $6, $7, $8) c) AS claimed""")
-_CLAIM = ("SELECT rate_ok, retry_after, held, balance"
-          " FROM cloudybot_claim($1, $2, $3, $4, $5, $6, $7)")
+
+
+def _claim_cte(user: int, first: int) -> str:
+    """The CTE ``claim`` of a statement whose parameter ``$user`` is the account and ``$first``
+    onwards are :func:`_claim_params`'s (the hold, its need, the counted plans, now, when the
+    hold expires, the window's start): a claim recorded on the
+    account row, under the row's lock, whatever the rules will say of it. It returns the row
+    as the claim left it (``credits``, ``plan``, ``rate_hits``, ``holds``) for :func:`_judge`;
+    what the rules refuse :data:`_TAKE_BACK` undoes.
+
+    Recorded: the request at ``now``, last in ``rate_hits``, when the account's plan is one of
+    ``counted``; the hold ``hold`` of ``need`` credits until ``expires``, as ``[need, expires,
+    previous need, previous expires]`` (the hold's previous state: NULLs if it had none).
+    Forgotten on the way: what the rules no longer count (requests at or before
+    ``window_start``, holds expired at ``now``). An UPDATE's expressions see the row's latest
+    version, whatever another process just wrote."""
+    user_ = f"${user}"
+    hold, need, counted, now, expires, window_start = (f"${first + n}" for n in range(6))
+    return f"""claim AS (
+  UPDATE users SET
+    rate_hits = ARRAY(SELECT h FROM unnest(rate_hits) AS h WHERE h > {window_start} ORDER BY h)
+                || CASE WHEN plan = ANY({counted}::text[]) THEN ARRAY[{now}::float8]
+                        ELSE '{{}}'::float8[] END,
+    holds = (SELECT coalesce(jsonb_object_agg(k, v), '{{}}') FROM jsonb_each(holds) AS e(k, v)
+             WHERE k <> {hold}::text AND (v ->> 1)::float8 > {now})
+            || jsonb_build_object({hold}::text, jsonb_build_array(
+                 {need}::bigint, {expires}::float8, holds -> {hold}::text -> 0,
+                 holds -> {hold}::text -> 1))
+  WHERE user_id = {user_}
+  RETURNING credits, plan, rate_hits, holds)
+"""
+
+
+# The same read, claiming the turn's quotas (see gateway.billing.shared_quotas) on the way.
+_LOAD_AND_CLAIM = "WITH " + _claim_cte(1, 4) + \
+    _LOAD_TURN.replace("NULL::json AS claimed",
+                       "(SELECT row_to_json(c) FROM claim c) AS claimed")
+_CLAIM = ("WITH " + _claim_cte(1, 2)
+          + "SELECT row_to_json(c) FROM claim c")
+# What the rules refused of a claim its statement recorded: the admission's hold back to what
+# it was ($3: [credits, expires], or none), and the request ($4) no longer counted.
+_TAKE_BACK = """
+UPDATE users SET
+  holds = CASE WHEN $3::jsonb IS NULL THEN holds - $2::text
+               ELSE holds || jsonb_build_object($2::text, $3::jsonb) END,
+  rate_hits = CASE WHEN $4::float8 IS NULL THEN rate_hits
+                   ELSE coalesce(rate_hits[:array_position(rate_hits, $4::float8) - 1]
+                                 || rate_hits[array_position(rate_hits, $4::float8) + 1:],
+                                 rate_hits) END
+WHERE user_id = $1"""
 _RELEASE = "UPDATE users SET holds = holds - $2::text WHERE user_id = $1"
 
 
 # A turn's commit, as one statement. Every write depends on ``ok``: the thread is the
 # owner's (the upsert returns no row for someone else's) and, when the turn answers a channel
-# message, that message was still pending (its inbox row moved to done here).
+# message, that message was still pending (its inbox row moved to done here). credits.low
+# ($29-$32) is queued when the balance it leaves is in the window the rules gave.
 _COMMIT_TURN = """
 WITH thread AS (
   INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)
@@ -262,9 +307,8 @@ events AS (
   SELECT e.type, e.body, $2::text AS owner
   FROM unnest($27::text[], $28::text[]) AS e(type, body), ok
   UNION ALL
-  SELECT 'credits.low', """ + credits_low_body("$5", "$29") + """, $19
-  FROM billed, spent
-  WHERE spent.credits > 0 AND billed.credits < $29 AND billed.credits + spent.credits >= $29),
+  SELECT 'credits.low', $31::text || billed.credits || $32::text, $19
+  FROM billed WHERE billed.credits BETWEEN $29::bigint AND $30::bigint),
 """ + queue_events(due="$12", taker="$21") + """,
 ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
 lines AS (
@@ -299,6 +343,7 @@ assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN rep
 
 # A summarization's commit, as one statement: its writes depend on the version check (the
 # thread's UPDATE returning a row); the hold is released whatever the check said.
+# credits.low ($17-$20) as in _COMMIT_TURN.
 _COMMIT_SUMMARY = """
 WITH thread AS (
   UPDATE threads SET summary = $1, summary_tokens = $2, summary_version = summary_version + 1
@@ -321,10 +366,9 @@ events AS (
   SELECT e.type, e.body, thread.user_id AS owner
   FROM unnest($15::text[], $16::text[]) AS e(type, body), thread
   UNION ALL
-  SELECT 'credits.low', """ + credits_low_body("$14", "$17") + """, $6
-  FROM billed, thread
-  WHERE $12::bigint > 0 AND billed.credits < $17 AND billed.credits + $12 >= $17),
-""" + queue_events(due="$18", taker="$19") + """
+  SELECT 'credits.low', $19::text || billed.credits || $20::text, $6
+  FROM billed, thread WHERE billed.credits BETWEEN $17::bigint AND $18::bigint),
+""" + queue_events(due="$21", taker="$22") + """
 SELECT EXISTS (SELECT 1 FROM thread) AS applied, """ + HOOKED_ROWS + """ AS hooked
 """
 
@@ -400,8 +444,35 @@ def _life_role(process_id: str) -> str:
     return f"process:{process_id}"
 
 
-def _limits(claim: Claim) -> str | None:
-    return None if claim.rate_limits is None else jsonio.dumps(claim.rate_limits).decode()
+def _claim_params(claim: Claim) -> tuple[Any, ...]:
+    """A claim's parameters to :func:`_claim_cte`, after the account's: its hold, what it
+    holds, the plans it counts requests of, now, when its hold expires, the window's start."""
+    return (claim.hold_id, claim.credits, policy.counted_plans(claim.rate_limits), claim.now,
+            claim.expires, policy.rate_window_start(claim.now))
+
+
+async def _judge(conn: Connection, user_id: str, claim: Claim, spent: int,
+                 found: str | None) -> Claimed:
+    """The rules' verdict (:func:`policy.judge_claim`) on a claim its statement recorded, from
+    the account row as that statement left it (``found``, JSON; None: no account), of which
+    ``spent`` is charged already; what they refused is taken back at once. Until then other
+    claims count it, which can only make them refuse more, never overspend."""
+    if found is None:
+        return Claimed(False, 0.0, False, 0)
+    row = jsonio.loads(found)
+    holds, plan, hits = row["holds"], row["plan"], row["rate_hits"]
+    counted = plan in policy.counted_plans(claim.rate_limits)
+    before = policy.Account(row["credits"], plan, hits[:-1] if counted else hits, holds)
+    claimed = policy.judge_claim(before, claim.hold_id, spent, claim.rate_limits, claim.now)
+    entry = holds[claim.hold_id]
+    recorded, previous = entry[:2], (None if entry[2] is None else entry[2:])
+    kept = policy.hold_after(claimed.held, previous, recorded)
+    uncounted = counted and not claimed.rate_ok
+    if kept is not recorded or uncounted:
+        await conn.execute(_TAKE_BACK, user_id, claim.hold_id,
+                           None if kept is None else jsonio.dumps(kept).decode(),
+                           claim.now if uncounted else None)
+    return claimed
 
 
 class PostgresStore(PostgresWebhooks):
@@ -429,6 +500,10 @@ class PostgresStore(PostgresWebhooks):
 
     def _now(self) -> str:
         return iso_utc(self.clock())
+
+    def _moment(self) -> Moment:
+        epoch = self.clock()
+        return Moment(epoch, iso_utc(epoch))
 
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
@@ -514,11 +589,10 @@ class PostgresStore(PostgresWebhooks):
             created = await conn.fetchval(
                 "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
                 " VALUES ($1, $2, 0, 0, $3, $4) ON CONFLICT (user_id) DO NOTHING RETURNING 1",
-                user_id, plan, now, period or now[:7]) is not None
-            if created and (credits or browser_minutes):
-                # The opening balance is a grant like any other: balance == -sum(ledger).
-                await _charge(conn, user_id, None,
-                              Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+                user_id, plan, now, policy.opening_period(period, now)) is not None
+            grant = policy.opening_grant(credits, browser_minutes)
+            if created and grant is not None:
+                await _charge(conn, user_id, None, grant, now)
             return await _get_user(conn, user_id), created
         return await self._transaction(run)
 
@@ -613,7 +687,8 @@ class PostgresStore(PostgresWebhooks):
                 period, user_id, expected) is not None
             user = await _get_user(conn, user_id)
             if moved:
-                await _top_up(conn, user, credits, minutes, "monthly_grant", self._now())
+                await _grant(conn, user_id,
+                             policy.top_up(user, credits, minutes, "monthly_grant"), self._now())
                 user = await _get_user(conn, user_id)
             return user
         return await self._transaction(run)
@@ -623,8 +698,8 @@ class PostgresStore(PostgresWebhooks):
         async def run(conn: Connection) -> User:
             await _get_user(conn, user_id)
             await conn.execute("UPDATE users SET plan = $1 WHERE user_id = $2", plan, user_id)
-            await _top_up(conn, await _get_user(conn, user_id), credits, minutes, "plan_grant",
-                          self._now())
+            grant = policy.top_up(await _get_user(conn, user_id), credits, minutes, "plan_grant")
+            await _grant(conn, user_id, grant, self._now())
             return await _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -646,7 +721,7 @@ class PostgresStore(PostgresWebhooks):
                 "SELECT browser_minutes FROM users WHERE user_id = $1 FOR UPDATE", user_id)
             if left is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
-            taken = min(minutes, max(0, int(left)))
+            taken = policy.minutes_to_take(int(left), minutes)
             if taken > 0:
                 await _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
                               self._now())
@@ -848,11 +923,13 @@ class PostgresStore(PostgresWebhooks):
             if claim is None:
                 row = await conn.fetchrow(_LOAD_TURN, user_id, ref.session_key, specialist)
             else:
-                row = await conn.fetchrow(
-                    _LOAD_AND_CLAIM, user_id, ref.session_key, specialist, claim.hold_id,
-                    claim.credits, _limits(claim), claim.now, claim.expires)
+                row = await conn.fetchrow(_LOAD_AND_CLAIM, user_id, ref.session_key, specialist,
+                                          *_claim_params(claim))
             if row["account"] is None:
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
+            # judged first: what the rules refuse is taken back whatever else is wrong
+            claimed = None if claim is None else await _judge(conn, user_id, claim, 0,
+                                                              row["claimed"])
             account = jsonio.loads(row["account"])
             user = User(*(account[name] for name in USER_COLUMNS.split(", ")))
             thread = None
@@ -867,7 +944,6 @@ class PostgresStore(PostgresWebhooks):
             pinned = dict(sorted(jsonio.loads(row["pinned"]).items()))
             credentials = [SecretRecord(site, bytes(secret))
                            for site, secret in zip(row["sites"], row["secrets"], strict=True)]
-            claimed = None if row["claimed"] is None else Claimed(**jsonio.loads(row["claimed"]))
             session = None if row["session"] is None \
                 else SessionState(*jsonio.loads(row["session"]))
             return TurnState(user, thread, pinned, messages, row["instructions"], credentials,
@@ -892,7 +968,8 @@ class PostgresStore(PostgresWebhooks):
                 [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
                 [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
                 commit.hold, self.process_id, *_session_params(commit.session),
-                *event_params(commit.events, now), commit.low_credits)
+                *event_params(commit.events, now),
+                *credits_low_params(commit.low_credits, sum(c.credits for c in charges), now))
             self._announce(row["hooked"])
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
@@ -927,7 +1004,8 @@ class PostgresStore(PostgresWebhooks):
                 commit.expected_version, commit.folded_through_id, commit.billed_user,
                 commit.hold, charge.kind, charge.model, charge.prompt_tokens,
                 charge.completion_tokens, charge.credits, charge.minutes, now,
-                *event_params(commit.events, now), commit.low_credits, self.clock(),
+                *event_params(commit.events, now),
+                *credits_low_params(commit.low_credits, charge.credits, now), self.clock(),
                 self.process_id)
             self._announce(row["hooked"])
             return bool(row["applied"])
@@ -982,7 +1060,7 @@ class PostgresStore(PostgresWebhooks):
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
         False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
-            conn, channel, message_id, reply, self.clock(), self._now(), self.process_id))
+            conn, ChannelMessage(channel, message_id), reply, self._moment(), self.process_id))
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
         """Put a message that answers no inbound one in the outbox, recorded in the inbox under
@@ -996,7 +1074,7 @@ class PostgresStore(PostgresWebhooks):
                 entry.message_id, entry.conversation, entry.address, entry.max_chars,
                 self._now(), self.process_id)
             return taken is not None and await _answer_inbox(
-                conn, entry.channel, entry.message_id, text, self.clock(), self._now(),
+                conn, ChannelMessage(entry.channel, entry.message_id), text, self._moment(),
                 self.process_id)
         return await self._transaction(run)
 
@@ -1206,9 +1284,8 @@ class PostgresStore(PostgresWebhooks):
         """Apply ``claim`` (its hold of ``claim.credits``, of which ``spent`` is charged already,
         and a request against the rate limit when ``claim.rate_limits`` is given) on its own."""
         async def run(conn: Connection) -> Claimed:
-            row = await conn.fetchrow(_CLAIM, user_id, claim.hold_id, spent, claim.credits,
-                                      _limits(claim), claim.now, claim.expires)
-            return Claimed(**dict(row))
+            found = await conn.fetchval(_CLAIM, user_id, *_claim_params(claim))
+            return await _judge(conn, user_id, claim, spent, found)
         return await self._query(run)
 
     async def release_hold(self, user_id: str, hold: str) -> None:

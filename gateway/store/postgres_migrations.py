@@ -285,4 +285,11 @@ MIGRATIONS: tuple[str, ...] = (
         UPDATE users SET rate_hits = v_hits, holds = v_others WHERE user_id = p_user;
     END $$;
     """,
+    # 7: claims are judged by the rules every store applies (gateway.store.policy): a claim's
+    # statement records it under the row's lock and returns the row as it left it, and what
+    # the rules refuse is taken back. The function that restated the rules in plpgsql goes.
+    """
+    DROP FUNCTION IF EXISTS cloudybot_claim(TEXT, TEXT, BIGINT, BIGINT, JSONB,
+                                            DOUBLE PRECISION, DOUBLE PRECISION);
+    """,
 )

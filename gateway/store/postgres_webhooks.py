@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.base import jsonio
 from gateway.store import events as webhook_events
+from gateway.store import policy
 from gateway.store.columns import WEBHOOK_COLUMNS, WEBHOOK_DELIVERY_COLUMNS
 from gateway.store.records import (
     DueDelivery,
@@ -56,11 +57,17 @@ def queue_events(due: str, taker: str) -> str:
 HOOKED_ROWS = f"(SELECT json_agg(json_build_array({WEBHOOK_DELIVERY_COLUMNS})) FROM hooked)"
 
 
-def credits_low_body(timestamp: str, threshold: str) -> str:
-    """SQL for the body of a ``credits.low`` event, from the CTE ``billed``'s balance."""
-    return (f"json_build_object('type', 'credits.low', 'timestamp', {timestamp}::text, "
-            f"'data', json_build_object('credits', billed.credits, 'threshold', "
-            f"{threshold}::bigint))::text")
+def credits_low_params(threshold: int | None, spent: int,
+                       now: str) -> tuple[int | None, int | None, str, str]:
+    """A commit statement's four ``credits.low`` parameters, for charges of ``spent`` credits
+    against ``threshold``: the balances after them at which the event is told (lowest,
+    highest: :func:`policy.low_credits_window`; NULL, NULL: at none), and the event's body at
+    ``now`` before and after the balance's digits. The statement only checks its balance
+    against them."""
+    window = policy.low_credits_window(threshold, spent)
+    if window is None or threshold is None:
+        return None, None, "", ""
+    return (*window, *webhook_events.credits_low_around(now, threshold))
 
 
 def event_params(events: Sequence[WebhookEvent], now: str) -> tuple[list[str], list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -183,6 +184,26 @@ class ExpiredThread:
     updated_at: str
 
 
+@dataclass(frozen=True)
+class Moment:
+    """The instant of one write, as the store records it: epoch seconds (due times, ordering)
+    and the same instant as ISO-8601 text (the rows' timestamps)."""
+
+    epoch: float
+    iso: str
+
+
+@dataclass(frozen=True)
+class Billing:
+    """Charges to book for one user in one thread, and the balance under which that tells
+    ``credits.low`` (None: never)."""
+
+    user_id: str
+    thread_key: str | None
+    charges: Sequence[Charge]
+    low_credits: int | None = None
+
+
 class ChannelMessage(NamedTuple):
     """Which channel message something answers: the channel's name and the message's id."""
 
@@ -212,6 +233,11 @@ class TurnCommit:
         """The assistant's reply: the last message written."""
         return self.messages[-1].content if self.messages else ""
 
+    @property
+    def billing(self) -> Billing:
+        """The turn's charges, booked to the billed user in its thread."""
+        return Billing(self.billed_user, self.ref.session_key, self.charges, self.low_credits)
+
 
 @dataclass(frozen=True)
 class TurnWritten:
@@ -234,6 +260,11 @@ class SummaryCommit:
     hold: str | None = None  # the summarization's credit hold, released by the same commit
     events: tuple[WebhookEvent, ...] = ()  # for the thread owner's webhooks, if applied
     low_credits: int | None = None  # as TurnCommit's
+
+    @property
+    def billing(self) -> Billing:
+        """The summarization's charge, booked to the billed user in its thread."""
+        return Billing(self.billed_user, self.session_key, (self.charge,), self.low_credits)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from gateway.base.files import private_dir, private_file
 from gateway.base.locks import Alone
 from gateway.base.times import epoch_of, iso_utc
 from gateway.store import events as webhook_events
+from gateway.store import policy
 from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
@@ -33,6 +34,8 @@ from gateway.store.columns import (
 )
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.records import (
+    Billing,
+    ChannelMessage,
     Charge,
     Claim,
     Delivery,
@@ -41,6 +44,7 @@ from gateway.store.records import (
     ExpiredThread,
     InboxEntry,
     LedgerEntry,
+    Moment,
     SecretRecord,
     StoredMessage,
     SummaryCommit,
@@ -126,20 +130,18 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
     return int(row[0]) if row else 0
 
 
-def _charge_all(conn: sqlite3.Connection, user_id: str, thread_key: str | None,
-                charges: list[Charge], now: str, low_credits: int | None,
-                queued: list[WebhookDelivery], epoch: float) -> None:
-    """Ledger rows for ``charges``; ``credits.low`` queued if they take the balance under
-    ``low_credits``."""
+def _charge_all(conn: sqlite3.Connection, billing: Billing,
+                at: Moment) -> list[WebhookDelivery]:
+    """Ledger rows for the charges; ``credits.low`` queued (and returned) if they take the
+    balance under the billing's threshold (:func:`policy.fell_under`)."""
     balance = None
-    for charge in charges:
-        balance = _charge(conn, user_id, thread_key, charge, now)
-    spent = sum(charge.credits for charge in charges)
-    if balance is not None and webhook_events.fell_under(low_credits, balance, spent):
-        assert low_credits is not None
-        queued += _emit(conn, user_id, [WebhookEvent(
-            webhook_events.CREDITS_LOW, webhook_events.credits_low_data(balance, low_credits))],
-            epoch, now)
+    for charge in billing.charges:
+        balance = _charge(conn, billing.user_id, billing.thread_key, charge, at.iso)
+    spent = sum(charge.credits for charge in billing.charges)
+    low = billing.low_credits
+    if balance is None or low is None or not policy.fell_under(low, balance, spent):
+        return []
+    return _emit(conn, billing.user_id, [webhook_events.credits_low(balance, low)], at)
 
 
 def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
@@ -147,7 +149,7 @@ def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
 
 
 def _emit(conn: sqlite3.Connection, user_id: str, events: Sequence[WebhookEvent],
-          epoch: float, now: str, only: str | None = None) -> list[WebhookDelivery]:
+          at: Moment, only: str | None = None) -> list[WebhookDelivery]:
     """Queue ``events`` in the webhook outbox for each of the user's endpoints subscribed to
     them (``only``: for that endpoint alone, whatever it subscribed to). A user without
     endpoints costs one indexed read."""
@@ -160,9 +162,9 @@ def _emit(conn: sqlite3.Connection, user_id: str, events: Sequence[WebhookEvent]
         targets = [webhook_id for webhook_id, subscribed in endpoints
                    if webhook_id == only or (only is None and f'"{event.type}"' in subscribed)]
         if targets:
-            body = webhook_events.body(event.type, now, event.data)
+            body = webhook_events.body(event.type, at.iso, event.data)
             rows += [(webhook_events.new_message_id(), webhook_id, user_id, event.type, body,
-                      epoch, epoch) for webhook_id in targets]
+                      at.epoch, at.epoch) for webhook_id in targets]
     if not rows:
         return []
     # One statement for them all; rowids are given in the order of the VALUES.
@@ -191,13 +193,10 @@ def _get_user(conn: sqlite3.Connection, user_id: str) -> User:
     return _user(row)
 
 
-def _top_up(conn: sqlite3.Connection, user: User, credits: int, minutes: int, kind: str,
-            now: str) -> None:
-    """A grant row raising the balances to at least ``credits`` and ``minutes``."""
-    add_credits = max(0, credits - user.credits)
-    add_minutes = max(0, minutes - user.browser_minutes)
-    if add_credits or add_minutes:
-        _charge(conn, user.user_id, None, Charge(kind, "", 0, 0, -add_credits, -add_minutes), now)
+def _grant(conn: sqlite3.Connection, user_id: str, grant: Charge | None, now: str) -> None:
+    """Book ``grant`` (from :func:`policy.top_up`: None when nothing is granted)."""
+    if grant is not None:
+        _charge(conn, user_id, None, grant, now)
 
 
 # Rows the event loop's connection changes between WAL checkpoints (a turn changes about 7;
@@ -208,20 +207,20 @@ _WRITER_PRAGMAS = ("PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON",
                    "PRAGMA cache_size = -16000")  # 16 MB of pages kept hot
 
 
-def _answer_inbox(conn: sqlite3.Connection, channel: str, message_id: str, reply: str,
-                  epoch: float, now: str) -> bool:
+def _answer_inbox(conn: sqlite3.Connection, inbound: ChannelMessage, reply: str,
+                  at: Moment) -> bool:
     """Mark a pending inbox message answered and put its reply in the outbox, together;
     False if the message is not pending (unknown, or answered already)."""
     row = conn.execute(
         "UPDATE inbox SET state = 'done', payload = NULL"
         " WHERE channel = ? AND message_id = ? AND state = 'pending'"
-        " RETURNING conversation, address, max_chars", (channel, message_id)).fetchone()
+        " RETURNING conversation, address, max_chars", inbound).fetchone()
     if row is None:
         return False
     conn.execute(
         "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
         " next_attempt, created, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-        (channel, message_id, row[0], row[1], reply, row[2], epoch, epoch, now))
+        (*inbound, row[0], row[1], reply, row[2], at.epoch, at.epoch, at.iso))
     return True
 
 
@@ -383,6 +382,10 @@ class SQLiteStore:
     def _now(self) -> str:
         return iso_utc(self.clock())
 
+    def _moment(self) -> Moment:
+        epoch = self.clock()
+        return Moment(epoch, iso_utc(epoch))
+
     # --- plumbing ---------------------------------------------------------------
     async def open(self) -> None:
         """Open the database (WAL, foreign keys on) and apply pending migrations.
@@ -483,12 +486,11 @@ class SQLiteStore:
             created = conn.execute(
                 "INSERT INTO users (user_id, plan, credits, browser_minutes, created_at, period)"
                 " VALUES (?, ?, 0, 0, ?, ?) ON CONFLICT (user_id) DO NOTHING",
-                (user_id, plan, now, period or now[:7]),
+                (user_id, plan, now, policy.opening_period(period, now)),
             ).rowcount == 1
-            if created and (credits or browser_minutes):
-                # The opening balance is a grant like any other: balance == -sum(ledger).
-                _charge(conn, user_id, None,
-                        Charge("grant", "", 0, 0, -credits, -browser_minutes), now)
+            grant = policy.opening_grant(credits, browser_minutes)
+            if created and grant is not None:
+                _charge(conn, user_id, None, grant, now)
             return _get_user(conn, user_id), created
         return await self._transaction(run)
 
@@ -590,7 +592,8 @@ class SQLiteStore:
                                  (period, user_id, expected)).rowcount == 1
             user = _get_user(conn, user_id)
             if moved:
-                _top_up(conn, user, credits, minutes, "monthly_grant", self._now())
+                _grant(conn, user_id, policy.top_up(user, credits, minutes, "monthly_grant"),
+                       self._now())
                 user = _get_user(conn, user_id)
             return user
         return await self._transaction(run)
@@ -600,7 +603,8 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
             conn.execute("UPDATE users SET plan = ? WHERE user_id = ?", (plan, user_id))
-            _top_up(conn, _get_user(conn, user_id), credits, minutes, "plan_grant", self._now())
+            grant = policy.top_up(_get_user(conn, user_id), credits, minutes, "plan_grant")
+            _grant(conn, user_id, grant, self._now())
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -616,7 +620,7 @@ class SQLiteStore:
     async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
         """Take up to ``minutes`` browser minutes, never more than the balance holds."""
         def run(conn: sqlite3.Connection) -> int:
-            taken = min(minutes, max(0, _get_user(conn, user_id).browser_minutes))
+            taken = policy.minutes_to_take(_get_user(conn, user_id).browser_minutes, minutes)
             if taken > 0:
                 _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
                         self._now())
@@ -759,14 +763,14 @@ class SQLiteStore:
             owner = _thread_owner(conn, session_key)
             if owner is None:
                 return False
-            now = self._now()
+            at = self._moment()
             conn.execute("DELETE FROM messages WHERE thread = ?", (owner[0],))
             conn.execute(
                 "UPDATE threads SET summary = '', summary_tokens = 0,"
                 " summary_version = summary_version + 1, updated_at = ? WHERE id = ?",
-                (now, owner[0]),
+                (at.iso, owner[0]),
             )
-            queued += _emit(conn, owner[1], events, self.clock(), now)
+            queued += _emit(conn, owner[1], events, at)
             return True
         return await self._announcing(run)
 
@@ -779,7 +783,7 @@ class SQLiteStore:
             if owner is None:
                 return False
             conn.execute("DELETE FROM threads WHERE id = ?", (owner[0],))
-            queued += _emit(conn, owner[1], events, self.clock(), self._now())
+            queued += _emit(conn, owner[1], events, self._moment())
             return True
         return await self._announcing(run, off_loop=True)  # cascades to every message
 
@@ -850,7 +854,8 @@ class SQLiteStore:
         """Write a turn (messages, display, ledger, balance, its webhook events); return the
         new message ids."""
         def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> TurnWritten:
-            now, epoch = self._now(), self.clock()
+            at = self._moment()
+            now = at.iso
             pk = _touch_thread(conn, commit.ref, now)
             ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
@@ -861,12 +866,11 @@ class SQLiteStore:
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
             if commit.inbound is not None and not _answer_inbox(
-                    conn, *commit.inbound, commit.reply, epoch, now):
+                    conn, commit.inbound, commit.reply, at):
                 raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
                                "answered", code="duplicate_message")
-            _charge_all(conn, commit.billed_user, commit.ref.session_key, commit.charges, now,
-                        commit.low_credits, queued, epoch)
-            queued += _emit(conn, commit.ref.user_id, commit.events, epoch, now)
+            queued += _charge_all(conn, commit.billing, at)
+            queued += _emit(conn, commit.ref.user_id, commit.events, at)
             return TurnWritten([i for i in ids if i is not None])
         return await self._announcing(run)
 
@@ -884,7 +888,7 @@ class SQLiteStore:
         """Apply a summary if the thread is still at the expected version (queueing its
         webhook events); False otherwise."""
         def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> bool:
-            now, epoch = self._now(), self.clock()
+            at = self._moment()
             cursor = conn.execute(
                 "UPDATE threads SET summary = ?, summary_tokens = ?,"
                 " summary_version = summary_version + 1"
@@ -897,9 +901,8 @@ class SQLiteStore:
                 return False
             conn.execute("DELETE FROM messages WHERE thread = ? AND id <= ?",
                          (row[0], commit.folded_through_id))
-            _charge_all(conn, commit.billed_user, commit.session_key, [commit.charge], now,
-                        commit.low_credits, queued, epoch)
-            queued += _emit(conn, row[1], commit.events, epoch, now)
+            queued += _charge_all(conn, commit.billing, at)
+            queued += _emit(conn, row[1], commit.events, at)
             return True
         return await self._announcing(run)
 
@@ -931,7 +934,7 @@ class SQLiteStore:
         """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
         False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
-            conn, channel, message_id, reply, self.clock(), self._now()))
+            conn, ChannelMessage(channel, message_id), reply, self._moment()))
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
         """Put a message that answers no inbound one in the outbox, recorded in the inbox under
@@ -945,7 +948,7 @@ class SQLiteStore:
                 (entry.channel, entry.message_id, entry.conversation, entry.address,
                  entry.max_chars, self._now())).fetchone()
             return taken is not None and _answer_inbox(
-                conn, entry.channel, entry.message_id, text, self.clock(), self._now())
+                conn, ChannelMessage(entry.channel, entry.message_id), text, self._moment())
         return await self._transaction(run)
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
@@ -1158,7 +1161,7 @@ class SQLiteStore:
         """Queue ``events`` for the user's subscribed endpoints (``only``: for that one
         endpoint, subscribed or not), a change of its own; how many deliveries."""
         def run(conn: sqlite3.Connection, queued: list[WebhookDelivery]) -> int:
-            queued += _emit(conn, user_id, events, self.clock(), self._now(), only)
+            queued += _emit(conn, user_id, events, self._moment(), only)
             return len(queued)
         return await self._announcing(run)
 

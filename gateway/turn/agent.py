@@ -57,6 +57,7 @@ from gateway.store import (
     TurnState,
     TurnWritten,
     User,
+    policy,
 )
 from gateway.store import events as webhook_events
 from gateway.store.records import REPLY_SLOT, USER_MESSAGE_SLOT
@@ -205,7 +206,7 @@ class Agent:
     def _low_credits(self, user: User) -> int | None:
         """The balance under which the user's credits are low (``credits.low``)."""
         plan = self.settings.plans.get(user.plan)
-        return webhook_events.low_credits_threshold(plan.credits) if plan else None
+        return policy.low_credits_threshold(plan.credits) if plan else None
 
     async def _read(self, ref: ThreadRef, state: TurnState, message: str,
                     specialist: str | None) -> _Reading:
