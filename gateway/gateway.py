@@ -30,7 +30,7 @@ from gateway.commands import index_commands, run_command
 from gateway.config.settings import Settings
 from gateway.host import ChatCommand, CommandContext
 from gateway.interfaces import Channel, Command, InboundMessage, Provider
-from gateway.kit.host import Host
+from gateway.kit.host import CHANNEL_NAME, Host, check_keys
 from gateway.kit.inbound import Inbox
 from gateway.kit.outbox import Outbox
 from gateway.memory import sessions_for
@@ -156,6 +156,9 @@ class Gateway:
         for plugin, channels in await hooks.collect_by_plugin(
                 self.pm.hook.register_channels, strict=True, host=host):
             for channel in channels:
+                if not isinstance(channel.name, str) or not CHANNEL_NAME.fullmatch(channel.name):
+                    raise PluginError(f"plugin {plugin!r}: channel name {channel.name!r} is not "
+                                      "1-32 of a-z 0-9 _ - (a letter first, no --)")
                 if channel.name in self.channels:
                     raise PluginError(f"two channels are named {channel.name!r}")
                 self.channels[channel.name] = channel
@@ -437,8 +440,10 @@ class Gateway:
 
         Raises :class:`Unavailable` (503) once the gateway is stopping, or when the message
         cannot be stored (a locked or full disk), so that a webhook tells its platform to
-        deliver the message again later rather than losing it.
+        deliver the message again later rather than losing it; :class:`Forbidden` (403) for a
+        channel no plugin registered or a conversation outside its keys (nothing is stored).
         """
+        check_keys(self.channels, message.channel, message.conversation)
         if not self.accepting:
             raise Unavailable("the gateway is shutting down; deliver this again later")
         try:
@@ -465,6 +470,7 @@ class Gateway:
     async def answer_now(self, message: InboundMessage) -> str | None:
         """Run a chat command at once and return its answer (None for a redelivery): for
         platforms that take the answer in their acknowledgement (Slack's slash commands)."""
+        check_keys(self.channels, message.channel, message.conversation)
         if not self.accepting:
             raise Unavailable("the gateway is shutting down; deliver this again later")
         return await self.inbox.answer_inline(message)

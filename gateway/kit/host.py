@@ -25,9 +25,28 @@ if TYPE_CHECKING:
     from gateway.base.locks import Leadership
     from gateway.config.settings import Settings
     from gateway.host import ChatCommand
-    from gateway.interfaces import InboundMessage
+    from gateway.interfaces import Channel, InboundMessage
 
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# A channel's name prefixes its conversations' keys (``telegram:42``): no colon in it, and no
+# ``--``, which only the dashboard's ``{userId}--{threadId}`` keys have.
+CHANNEL_NAME = re.compile(r"(?!.*--)[a-z][a-z0-9_-]{0,31}")
+log = logging.getLogger(__name__)
+
+
+def check_keys(channels: Mapping[str, Channel], channel: str, conversation: str) -> None:
+    """Refuse (403) a message of a channel no loaded plugin registered, or one whose
+    conversation is outside that channel's keys: ``{channel}:…``, never with ``--`` in it
+    (the dashboard's ``{userId}--{threadId}`` keys are the HTTP API's alone)."""
+    found = channels.get(channel)
+    if found is None or not found.prefixed_keys:
+        raise Forbidden(f"no channel plugin takes messages as {channel[:40]!r}",
+                        code="not_your_channel")
+    if not conversation.startswith(f"{channel}:") or len(conversation) == len(channel) + 1 \
+            or "--" in conversation:
+        raise Forbidden(f"conversation {conversation[:80]!r} is not one of channel "
+                        f"{channel!r}'s ({channel}:…, without --)",
+                        code="not_your_conversation")
 
 
 class HostedBy(Protocol):
@@ -43,6 +62,10 @@ class HostedBy(Protocol):
 
     def clock(self) -> float:
         """Epoch seconds."""
+
+    @property
+    def channels(self) -> Mapping[str, Channel]:
+        """The loaded channels by name."""
 
     def channel_owner(self, channel: str) -> str | None:
         """The plugin that registered ``channel``."""
@@ -83,6 +106,7 @@ class Host:
         self._gateway = gateway
         self._log = logging.getLogger(f"cloudybot.plugin.{name}")
         self._metrics = Metrics(name, gateway.metrics_registry())
+        self._refused: set[str] = set()  # what this plugin was refused, each logged once
 
     def __repr__(self) -> str:
         return f"<PluginHost of {self._name!r}>"
@@ -122,13 +146,19 @@ class Host:
         return self._gateway.clock()
 
     def _own(self, channel: str, conversation: str) -> None:
-        """Refuse a channel this plugin did not register, or a conversation not of it."""
-        if self._gateway.channel_owner(channel) != self._name:
-            raise Forbidden(f"plugin {self._name!r} has no channel named {channel!r}",
-                            code="not_your_channel")
-        if not conversation.startswith(f"{channel}:") or len(conversation) == len(channel) + 1:
-            raise Forbidden(f"conversation {conversation[:80]!r} is not one of channel "
-                            f"{channel!r}'s ({channel}:…)", code="not_your_conversation")
+        """Refuse a channel this plugin did not register, or a conversation not of it (the
+        first refusal of each kind is logged, naming the plugin)."""
+        try:
+            if self._gateway.channel_owner(channel) != self._name:
+                raise Forbidden(f"plugin {self._name!r} has no channel named {channel[:40]!r}",
+                                code="not_your_channel")
+            check_keys(self._gateway.channels, channel, conversation)
+        except Forbidden as refusal:
+            if refusal.code not in self._refused:
+                self._refused.add(refusal.code)
+                log.warning("plugin %r was refused: %s (logged once)", self._name,
+                            refusal.message)
+            raise
 
     def _channel_of(self, conversation: str) -> str:
         channel, _, _ = conversation.partition(":")
