@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.base.errors import BadRequest
 from gateway.cli.completion import bash_script
 from gateway.cli.main import build_parser, main
-from gateway.cli.scaffold import KINDS, PluginNames, plugin_names
+from gateway.cli.scaffold import KINDS, PluginNames, plugin_names, write_plugin
 from tests.helpers import assert_one_line_error, cli_env
 
 # kind -> (its test file, how many tests it has, a setting the TOML file sets, one the
@@ -129,7 +130,7 @@ def test_a_name_gives_every_name() -> None:
     ("2acme", "got '2acme'"),
     ("acme.chat", "(try 'acme-chat')"),
     ("cloudybot-", "got 'cloudybot-'"),
-    ("cloudybot", "got 'cloudybot'"),
+    ("cloudybot", "'cloudybot' is the gateway's own name"),
     ("a" + "b" * 20, "at most 20 characters"),
     ("telegram", "a plugin named 'telegram' is already installed"),
     ("tools", "a plugin named 'tools' is already installed"),
@@ -143,6 +144,13 @@ def test_a_name_that_cannot_work_is_refused(tmp_path: Path, capsys: pytest.Captu
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cloudybot: ") and says in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_installed_plugin_spelled_with_a_dash_is_the_same_name(tmp_path: Path) -> None:
+    with pytest.raises(BadRequest, match="a plugin named 'acme-chat' is already installed"):
+        write_plugin("acme_chat", tmp_path, plugins={"acme-chat"})
+    assert write_plugin("acme_chat", tmp_path, plugins={"acme-chats"}).name == \
+        "cloudybot-acme-chat"
 
 
 def test_a_bad_name_or_an_existing_folder_is_a_one_line_error(tmp_path: Path) -> None:

@@ -61,6 +61,9 @@ def plugin_names(given: str) -> PluginNames:
     ``cloudybot-`` in front). Anything else is refused (400 ``invalid_name``) with the rule, and
     the spelling that would do when there is one (``AcmeChat``: try ``acme-chat``)."""
     bare = PREFIX.sub("", given, count=1)
+    if bare == "cloudybot":
+        raise BadRequest("'cloudybot' is the gateway's own name; choose another",
+                         code="invalid_name")
     if not _valid(bare):
         raise BadRequest(f"{RULE}; got {given!r}{_suggestion(given)}", code="invalid_name")
     words = re.split(r"[-_]", bare)
@@ -86,9 +89,10 @@ def check_free(names: PluginNames, plugins: Collection[str], variables: Iterable
     entry point, channel or ``[plugins.NAME]`` would be that plugin's), or one whose variables
     ``CLOUDYBOT_{NAME}_*`` would mix with the gateway's own or another plugin's
     (``data``: ``CLOUDYBOT_DATA_DIR``)."""
-    if names.name in plugins:
-        raise BadRequest(f"a plugin named {names.name!r} is already installed (`cloudybot "
-                         "plugins` lists it); choose another name", code="name_taken")
+    for plugin in plugins:  # `acme-chat` installed is `acme_chat` to a variable or a key
+        if re.sub(r"[^a-z0-9]+", "_", plugin.lower()) == names.name:
+            raise BadRequest(f"a plugin named {plugin!r} is already installed (`cloudybot "
+                             "plugins` lists it); choose another name", code="name_taken")
     prefix = f"CLOUDYBOT_{names.env}_"
     for variable in sorted(variables):
         if variable.startswith(prefix):
