@@ -30,10 +30,12 @@ from gateway.base.tokens import TokenCounter
 from gateway.billing.credits import period_bounds
 from gateway.cli.completion import bash_script
 from gateway.cli.progress import Tick, progress_bar
-from gateway.cli.scaffold import write_plugin
+from gateway.cli.scaffold import KINDS, write_plugin
 from gateway.cli.switch import switch_plugin
+from gateway.config.options import declared
 from gateway.config.settings import (
     ENABLED_KEY,
+    OPTIONS,
     PLUGINS_DISABLED_VARIABLE,
     Settings,
     load_settings,
@@ -437,9 +439,18 @@ def cmd_plugins_switch(args: argparse.Namespace) -> int:
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
-    """Write a channel plugin package to start from (its tests pass as written)."""
-    folder = write_plugin(args.name, Path(args.dir))
-    print(f"wrote {folder}: pip install -e '{folder}[test]', then pytest in it")
+    """Write a channel, tool or provider plugin package to start from (its tests pass as
+    written), under a name no installed plugin and no setting of the gateway already uses."""
+    pm = make_plugin_manager()
+    groups = declared_settings(pm)
+    plugins = {*plugin_names(pm), *(group.name for group in groups)}
+    settings = [*OPTIONS, *(item for group in groups for item in declared(group.schema,
+                                                                          group.name))]
+    variables = {PLUGINS_DISABLED_VARIABLE, *(name for item in settings for name in item.env)}
+    folder = write_plugin(args.name, Path(args.dir), args.kind, plugins=plugins,
+                          variables=variables)
+    print(f"wrote {folder} (a {args.kind} plugin): pip install -e '{folder}[test]', then "
+          "pytest in it")
     return 0
 
 
@@ -604,8 +615,14 @@ def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser)
                             "lists it")
         switch.set_defaults(handler=cmd_plugins_switch)
     scaffold = commands.add_parser("new-plugin",
-                                   help="write a channel plugin package to start from")
-    scaffold.add_argument("name", help="the channel's name: a-z, then a-z 0-9 _")
+                                   help="write a plugin package to start from, tests passing")
+    scaffold.add_argument("name", metavar="NAME",
+                          help="the plugin's name, e.g. acme-chat: lowercase words joined by "
+                               "- or _ (the package is cloudybot-acme-chat, the plugin "
+                               "acme_chat)")
+    scaffold.add_argument("--kind", choices=KINDS, default="channel",
+                          help="what the plugin adds: a channel (default), a tool or an LLM "
+                               "provider")
     scaffold.add_argument("--dir", default=".", help="where to write cloudybot-NAME/")
     scaffold.set_defaults(handler=cmd_new_plugin)
 
