@@ -468,7 +468,8 @@ class DiscordChannel(Channel):
         storing = asyncio.ensure_future(self.host.receive(inbound))
         try:
             try:
-                await asyncio.wait_for(asyncio.shield(storing), self.ack_seconds)
+                if not await asyncio.wait_for(asyncio.shield(storing), self.ack_seconds):
+                    return  # the same interaction again: it was acknowledged already
             except TimeoutError:
                 pass
             except Unavailable:
@@ -481,11 +482,7 @@ class DiscordChannel(Channel):
             await interaction.followup.send(STOPPING, ephemeral=True)
         finally:
             acknowledged.set()
-            self.host.spawn(self._forget_later(key))
-
-    async def _forget_later(self, key: str) -> None:
-        await self.host.pause(60.0)
-        self._deferred.pop(key, None)
+            asyncio.get_running_loop().call_later(60.0, self._deferred.pop, key, None)
 
     async def _command_conversation(self, interaction: discord.Interaction) -> str | None:
         """The conversation a command acts on: the DM's, the channel's or the thread's;

@@ -594,7 +594,10 @@ class FakeDiscord:
             str(data.get("content") or ""), channel_id=channel_id, author=BOT_ID,
             guild="guild_id" in payload, attachments=[], reply_to=None,
             webhook_id=str(APPLICATION_ID), application_id=str(APPLICATION_ID),
-            interaction_metadata={"id": str(interaction.id), "type": 2})
+            interaction_metadata={
+                "id": str(interaction.id), "type": 2, "name": payload["data"]["name"],
+                "user": (payload.get("member") or payload)["user"],
+                "authorizing_integration_owners": payload["authorizing_integration_owners"]})
         message["flags"] = int(data.get("flags") or 0)
         message["allowed_mentions"] = data.get("allowed_mentions")
         self.sent.append(message)
@@ -758,8 +761,10 @@ class FakeDiscord:
 
 
 def _public(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message as the API returns it (without the fake's own bookkeeping)."""
-    return {k: v for k, v in message.items() if k not in ("allowed_mentions", "_replied_user")}
+    """A message as the REST API returns it: without the Gateway event's extra fields
+    (``guild_id``, ``member``) and the fake's own bookkeeping."""
+    return {k: v for k, v in message.items()
+            if k not in ("allowed_mentions", "_replied_user", "guild_id", "member")}
 
 
 def _refuse_command(index: int, command: Any) -> web.Response | None:
