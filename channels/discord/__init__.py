@@ -13,7 +13,7 @@ NAME = "discord"
 API_BASE = "https://discord.com/api/v10"
 
 
-def snowflakes(raw: Any) -> frozenset[int]:
+def snowflakes(raw: Any) -> tuple[int, ...]:
     """Comma-separated Discord ids (a TOML array too); empty: none."""
     items = raw if isinstance(raw, list) else options.text(raw).split(",")
     values = [str(item).strip() for item in items if str(item).strip()]
@@ -21,7 +21,7 @@ def snowflakes(raw: Any) -> frozenset[int]:
         if not re.fullmatch(r"\d{1,20}", value):
             raise ValueError(f"{value!r} is not a Discord id (digits; copy it with Developer "
                              "Mode on)")
-    return frozenset(int(value) for value in values)
+    return tuple(sorted({int(value) for value in values}))
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,10 @@ class DiscordSettings:
     respond_mode: str = setting("mention", "in servers, answer only when mentioned or replied "
                                 "to (mention), or every message in the allowed channels (all)",
                                 parse=options.choice("mention", "all"))
-    guilds: frozenset[int] = setting(frozenset(), "server (guild) ids to answer in, "
+    guilds: tuple[int, ...] = setting((), "server (guild) ids to answer in, "
                                      "comma-separated; empty: every server the bot is in",
                                      parse=snowflakes)
-    channels: frozenset[int] = setting(frozenset(), "channel ids to answer in (a thread "
+    channels: tuple[int, ...] = setting((), "channel ids to answer in (a thread "
                                        "counts as its channel), comma-separated; empty: "
                                        "every channel", parse=snowflakes)
 

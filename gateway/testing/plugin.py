@@ -17,8 +17,9 @@ inbound message through your channel; it returns the reply text, or fails saying
 ``GatewayHarness.assert_no_reply(channel, message_id)`` checks that nothing answered it.
 
 Also here: :mod:`gateway.testing.fake_llm` (``FakeLLM``; ``Scripted`` and ``completion`` to
-script its answers), :mod:`gateway.testing.telegram` and :mod:`gateway.testing.slack` (fake
-Bot API and Web API servers the real python-telegram-bot and slack_sdk talk to),
+script its answers), :mod:`gateway.testing.telegram`, :mod:`gateway.testing.slack` and
+:mod:`gateway.testing.discord` (fake Bot API, Web API and Discord REST + Gateway servers the
+real python-telegram-bot, slack_sdk and discord.py talk to),
 :class:`gateway.testing.loopback.LoopbackServer` (serve any aiohttp app on 127.0.0.1) and
 :mod:`gateway.testing.processes` (the processes a gateway runs under it, from ``/proc``).
 """
