@@ -25,6 +25,7 @@ from gateway.testing.discord import (
 )
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion
 from tests.conftest import Harness
+from tests.helpers import until
 
 StartDiscord = Callable[..., Awaitable[Harness]]
 NO_PINGS = {"everyone": [], "users": [], "roles": []}
@@ -186,3 +187,28 @@ async def test_the_bot_token_never_reaches_the_logs(
     ours = [r.getMessage() for r in caplog.records if r.name != "aiohttp.access"]
     assert ours
     assert not [line for line in ours if fake_discord.token in line]
+
+
+async def test_a_thread_discord_py_has_not_cached_is_looked_up_once(
+        dc: Harness, fake_discord: FakeDiscord) -> None:
+    new_thread = THREAD_ID + 100
+    fake_discord.guild_channels[new_thread] = {**fake_discord.guild_channels[THREAD_ID],
+                                               "id": str(new_thread), "name": "new"}
+    await fake_discord.message(f"<@{BOT_ID}> in a new thread", channel_id=new_thread)
+    await fake_discord.message(f"<@{BOT_ID}> again", channel_id=new_thread)
+    await fake_discord.wait_for_messages(2)
+    await dc.gateway.drain()
+    assert await dc.gateway.store.get_thread(
+        f"discord:{GUILD_ID}:{CHANNEL_ID}:{new_thread}") is not None
+    assert len(fake_discord.calls_to("GET /channels/{id}")) == 1
+
+
+async def test_without_the_message_content_switch_the_log_says_what_to_turn_on(
+        start_gateway: StartDiscord, fake_discord: FakeDiscord,
+        caplog: pytest.LogCaptureFixture) -> None:
+    fake_discord.privileged_intents = False
+    harness = await start_gateway(discord_bot_token=fake_discord.token,
+                                  discord_api_base=fake_discord.api_base)
+    await until(lambda: any("Message Content Intent" in r.getMessage()
+                            for r in caplog.records), timeout=10)
+    assert harness.gateway.accepting  # the rest of the gateway runs on

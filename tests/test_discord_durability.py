@@ -6,6 +6,7 @@ acknowledged ("thinking…") gets its answer."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -85,3 +86,33 @@ async def test_a_discord_backlog_and_acknowledged_commands_survive_sigkill(
     await fake.wait_for(lambda: all(i.followups for i in interactions), timeout=20)
     for interaction in interactions:
         assert [m["content"][:11] for m in interaction.followups] == ["Plan: team."]
+
+
+def holds_the_gateway(process: ServeProcess) -> bool:
+    return "this process holds the Gateway connection" in process.log.read_text()
+
+
+async def test_one_process_holds_the_gateway_connection_and_another_takes_over(
+        tmp_path: Path, postgres_url: str, fake_llm: FakeLLM, fake: FakeDiscord,
+        processes: list[ServeProcess]) -> None:
+    env = {"CLOUDYBOT_DATABASE_URL": postgres_url, "CLOUDYBOT_SECRET_KEY": "one-secret-key",
+           **llm_env(fake_llm), "CLOUDYBOT_DISCORD_BOT_TOKEN": fake.token,
+           "CLOUDYBOT_DISCORD_API_BASE": fake.api_base, "CLOUDYBOT_LEADER_RETRY_SECONDS": "0.3"}
+    both = [ServeProcess(tmp_path / f"gateway-{index}", env) for index in range(2)]
+    processes.extend(both)
+    await asyncio.gather(*(process.start() for process in both))
+    await fake.wait_until_ready(timeout=20)
+    await fake.message("first", dm=True)
+    await fake.wait_for_messages(1, timeout=20)
+    await asyncio.sleep(1.0)  # long enough for a second connection to have shown up
+    assert len(fake.identified) == 1 and fake.command_puts == 1
+    [leader] = [process for process in both if holds_the_gateway(process)]
+    [other] = [process for process in both if process is not leader]
+
+    await leader.kill()
+    await fake.wait_for(lambda: len(fake.identified) == 2, timeout=30)  # the other one
+    await fake.wait_until_ready(timeout=10)
+    await fake.message("second", dm=True)
+    await fake.wait_for_messages(2, timeout=20)
+    assert fake.texts() == ["echo: first", "echo: second"]
+    assert holds_the_gateway(other) and fake.command_puts == 1  # unchanged: not written again

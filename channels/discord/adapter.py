@@ -158,6 +158,8 @@ class DiscordClient(discord.Client):
     """discord.py's client, handing its events to the channel."""
 
     def __init__(self, channel: DiscordChannel) -> None:
+        # no voice here: discord.py's warnings that its voice libraries are missing are noise
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         super().__init__(intents=intents(), allowed_mentions=NO_MENTIONS,
                          max_ratelimit_timeout=RATE_LIMIT_WAIT_SECONDS,
                          chunk_guilds_at_startup=False, member_cache_flags=
