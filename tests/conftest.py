@@ -241,12 +241,9 @@ async def slack(start_slack: Callable[..., Awaitable[Harness]]) -> Harness:
 
 
 @pytest.fixture
-async def fake_discord() -> AsyncIterator[FakeDiscord]:
-    """A fake Discord (REST and Gateway) on 127.0.0.1 (see gateway/testing/discord.py)."""
-    server = FakeDiscord()
-    await server.start()
-    yield server
-    await server.close()
+def fake_discord(cloudybot_fake_discord: FakeDiscord) -> FakeDiscord:
+    """The kit's fake Discord (REST and Gateway) on 127.0.0.1 (gateway/testing/discord.py)."""
+    return cloudybot_fake_discord
 
 
 @pytest.fixture

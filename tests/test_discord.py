@@ -212,3 +212,14 @@ async def test_without_the_message_content_switch_the_log_says_what_to_turn_on(
     await until(lambda: any("Message Content Intent" in r.getMessage()
                             for r in caplog.records), timeout=10)
     assert harness.gateway.accepting  # the rest of the gateway runs on
+
+
+async def test_a_dropped_connection_is_made_again_to_the_same_server(
+        dc: Harness, fake_discord: FakeDiscord) -> None:
+    await fake_discord.disconnect(code=4000)  # Discord asks clients to reconnect
+    await fake_discord.wait_for(lambda: len(fake_discord.resumed) == 1)
+    await fake_discord.wait_until_ready()
+    assert len(fake_discord.identified) == 1  # resumed, not identified again
+    await fake_discord.message(f"<@{BOT_ID}> still there?")
+    [sent] = await fake_discord.wait_for_messages(1)
+    assert sent["content"] == "echo: still there?"

@@ -29,6 +29,11 @@ window bucket on a route, whose ``X-RateLimit-Remaining`` discord.py follows bef
 refused. Every REST call is recorded in ``calls``; sent messages are in ``messages`` and
 :meth:`FakeDiscord.pinged` says who a message would ping under its ``allowed_mentions``.
 
+The websocket says HELLO, answers heartbeats, takes IDENTIFY (READY, then GUILD_CREATE for the
+test guild: #general, #random and a thread) and RESUME of a session it issued (RESUMED; events
+sent while the client was away are not replayed; clear ``sessions`` to make it identify again).
+:meth:`FakeDiscord.disconnect` drops every connection.
+
 Events: :meth:`FakeDiscord.message` dispatches a ``MESSAGE_CREATE`` (guild channel, thread or
 DM) and :meth:`FakeDiscord.slash` an ``INTERACTION_CREATE`` for an application command, to
 every identified websocket.
@@ -177,6 +182,8 @@ class FakeDiscord:
         self.files: dict[str, tuple[str, bytes]] = {}  # attachments served at /attachments/
         self.downloads: list[str] = []
         self.identified: list[dict[str, Any]] = []  # IDENTIFY payloads (``d``)
+        self.resumed: list[dict[str, Any]] = []  # RESUME payloads (``d``)
+        self.sessions: set[str] = set()  # resumable session ids (clear it to refuse RESUME)
         self.buckets: dict[str, Bucket] = {}  # route -> its limit
         self.limited: dict[str, list[tuple[float, bool]]] = {}  # route -> 429s to answer
         self.refused: list[tuple[str, int]] = []  # (route, status) of every 4xx answered
@@ -697,14 +704,26 @@ class FakeDiscord:
                     await socket.send_json({"op": 11, "s": None, "t": None, "d": None})
                 elif op == 2:
                     await self._identify(socket, payload.get("d") or {})
-                elif op == 6:  # RESUME: no session is kept, so it is refused; identify again
-                    await socket.send_json({"op": 9, "s": None, "t": None, "d": False})
+                elif op == 6:
+                    await self._resume(socket, payload.get("d") or {})
         finally:
             if socket in self._sockets:
                 self._sockets.remove(socket)
             async with self._changed:
                 self._changed.notify_all()
         return socket
+
+    async def _resume(self, socket: web.WebSocketResponse, data: Mapping[str, Any]) -> None:
+        """RESUME a session READY named (events dispatched meanwhile are not replayed);
+        an unknown one, or a wrong token, is told to identify again (op 9, false)."""
+        self.resumed.append(dict(data))
+        if data.get("session_id") not in self.sessions or data.get("token") != self.token:
+            await socket.send_json({"op": 9, "s": None, "t": None, "d": False})
+            return
+        await socket.send_json({"op": 0, "t": "RESUMED", "s": next(self._sequence), "d": {}})
+        self._sockets.append(socket)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _identify(self, socket: web.WebSocketResponse, data: Mapping[str, Any]) -> None:
         self.identified.append(dict(data))
@@ -715,8 +734,9 @@ class FakeDiscord:
         if intents & PRIVILEGED_INTENTS and not self.privileged_intents:
             await socket.close(code=4014, message=b"Disallowed intent(s).")
             return
-        await socket.send_json({"op": 0, "t": "READY", "s": next(self._sequence),
-                                "d": self._ready(intents)})
+        ready = self._ready(intents)
+        self.sessions.add(ready["session_id"])
+        await socket.send_json({"op": 0, "t": "READY", "s": next(self._sequence), "d": ready})
         await socket.send_json({"op": 0, "t": "GUILD_CREATE", "s": next(self._sequence),
                                 "d": self._guild()})
         self._sockets.append(socket)
