@@ -223,3 +223,28 @@ async def test_a_dropped_connection_is_made_again_to_the_same_server(
     await fake_discord.message(f"<@{BOT_ID}> still there?")
     [sent] = await fake_discord.wait_for_messages(1)
     assert sent["content"] == "echo: still there?"
+
+
+async def test_stop_and_start_again_answers_each_later_message_once(
+        dc: Harness, fake_discord: FakeDiscord) -> None:
+    channel = dc.gateway.channels["discord"]
+    await channel.stop()
+    await fake_discord.wait_for(lambda: not fake_discord.connected())
+    await channel.start()
+    await channel.start()  # starting a started channel adds no second connection
+    await fake_discord.wait_until_ready()
+    await fake_discord.message(f"<@{BOT_ID}> after the restart")
+    await fake_discord.wait_for_messages(1)
+    await dc.gateway.drain()
+    assert fake_discord.texts() == ["echo: after the restart"]
+    assert fake_discord.connected() == 1
+
+
+async def test_discord_out_of_reach_does_not_stop_the_gateway(
+        start_gateway: StartDiscord, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.process import free_port
+    harness = await start_gateway(
+        discord_bot_token="MTEwMDAwMDAwMDAwMDAwMDAwMQ.GfAkEd.fake-discord-bot-token_0123",
+        discord_api_base=f"http://127.0.0.1:{free_port()}/api/v10")
+    assert harness.gateway.accepting
+    assert any("cannot reach Discord" in r.getMessage() for r in caplog.records)

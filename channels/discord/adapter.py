@@ -221,16 +221,17 @@ class DiscordChannel(Channel):
         reach does not: the channel keeps trying in the background), then hold the Gateway
         connection in the one process that plays its role. Idempotent."""
         self.check_token()
+        if self._connecting is not None:
+            return  # logging in, in the background
+        if self.client is None:
+            try:
+                await self._login()
+            except (aiohttp.ClientError, OSError, discord.DiscordServerError) as exc:
+                log.warning("discord: cannot reach Discord (%s); retrying", exc)
+                self._connecting = asyncio.get_running_loop().create_task(self._login_later())
+                return
         if self._downloads is None:
             self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        if self.client is not None or self._connecting is not None:
-            return
-        try:
-            await self._login()
-        except (aiohttp.ClientError, OSError, discord.DiscordServerError) as exc:
-            log.warning("discord: cannot reach Discord (%s); retrying", exc)
-            self._connecting = asyncio.get_running_loop().create_task(self._login_later())
-            return
         self._listen()
 
     async def _login(self) -> None:
@@ -264,10 +265,13 @@ class DiscordChannel(Channel):
             except Exception:
                 log.exception("discord: cannot start")
                 return
-            self._listen()
+            self._connecting = None
+            await self.start()
             return
 
     def _listen(self) -> None:
+        if self._tasks:
+            return  # listening already
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._take_messages()),
                        loop.create_task(self._hold_gateway())]

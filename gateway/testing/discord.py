@@ -229,6 +229,10 @@ class FakeDiscord:
         await self.wait_for(lambda: len(self.sent) >= count, timeout)
         return self.sent
 
+    def connected(self) -> int:
+        """How many clients are connected and identified (or resumed) now."""
+        return len([socket for socket in self._sockets if not socket.closed])
+
     async def wait_until_ready(self, sockets: int = 1, timeout: float = 10.0) -> None:
         """Wait until ``sockets`` clients identified (and were sent READY)."""
         await self.wait_for(lambda: len(self._sockets) >= sockets, timeout)
