@@ -97,3 +97,23 @@ async def test_a_command_redelivered_is_answered_once(
     await fake_discord.dispatch("INTERACTION_CREATE", interaction.payload)  # the same id
     await dc.gateway.drain()
     assert len(interaction.followups) == 1
+
+
+async def test_a_command_stored_slowly_is_deferred_first_and_answered_after(
+        dc: Harness, fake_discord: FakeDiscord) -> None:
+    dc.gateway.channels["discord"].ack_seconds = 0.0  # type: ignore[attr-defined]
+    interaction = await fake_discord.slash("usage")
+    [answer] = await answered(fake_discord, interaction)
+    assert interaction.callback is not None and interaction.callback["type"] == 5
+    assert answer.startswith("Plan: free.")
+
+
+async def test_an_interaction_acknowledged_too_late_is_not_retried_forever(
+        dc: Harness, fake_discord: FakeDiscord) -> None:
+    dc.gateway.outbox.backoff_seconds = 0.01
+    fake_discord.ack_seconds = 0.0  # every callback comes "after 3 s"
+    interaction = await fake_discord.slash("help")
+    await until(lambda: ("POST /webhooks/{application}/{token}", 404) in fake_discord.refused)
+    await dc.gateway.drain()
+    assert interaction.followups == []
+    assert len(fake_discord.calls_to("POST /webhooks/{application}/{token}")) == 1

@@ -481,7 +481,11 @@ class DiscordChannel(Channel):
             except Unavailable:
                 await interaction.response.send_message(STOPPING, ephemeral=True)
                 return
-            await interaction.response.defer(ephemeral=True, thinking=True)
+            try:
+                await interaction.response.defer(ephemeral=True, thinking=True)
+            except discord.HTTPException as exc:  # 10062: later than Discord's 3 seconds
+                log.warning("discord: could not acknowledge /%s in time (%s); its answer "
+                            "will not reach Discord", name, exc)
             acknowledged.set()
             await storing
         except Unavailable:
