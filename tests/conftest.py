@@ -14,6 +14,7 @@ from gateway import Gateway
 from gateway.app import build_app
 from gateway.config.settings import Settings
 from gateway.plugins.manager import PluginManager
+from gateway.testing.discord import FakeDiscord
 from gateway.testing.fake_llm import FakeLLM
 from gateway.testing.plugin import GatewayHarness, ReplyRecorder
 from gateway.testing.slack import SIGNING_SECRET as SLACK_SIGNING_SECRET
@@ -237,3 +238,29 @@ def start_slack(fake_slack: FakeSlack, start_gateway: Callable[..., Awaitable[Ha
 async def slack(start_slack: Callable[..., Awaitable[Harness]]) -> Harness:
     """A gateway with Slack."""
     return await start_slack()
+
+
+@pytest.fixture
+def fake_discord(cloudybot_fake_discord: FakeDiscord) -> FakeDiscord:
+    """The kit's fake Discord (REST and Gateway) on 127.0.0.1 (gateway/testing/discord.py)."""
+    return cloudybot_fake_discord
+
+
+@pytest.fixture
+def start_discord(fake_discord: FakeDiscord, start_gateway: Callable[..., Awaitable[Harness]],
+                  ) -> Callable[..., Awaitable[Harness]]:
+    """A gateway with Discord on the fake, connected (READY) when it returns;
+    ``fake_discord`` is torn down after the gateway."""
+    async def start(**overrides: Any) -> Harness:
+        harness = await start_gateway(**{"discord_bot_token": fake_discord.token,
+                                         "discord_api_base": fake_discord.api_base,
+                                         **overrides})
+        await fake_discord.wait_until_ready()
+        return harness
+    return start
+
+
+@pytest.fixture
+async def dc(start_discord: Callable[..., Awaitable[Harness]]) -> Harness:
+    """A gateway with Discord."""
+    return await start_discord()

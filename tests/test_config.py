@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from channels.discord import DiscordSettings
 from channels.slack import SlackSettings
 from channels.telegram import TelegramSettings
 from gateway.base.errors import ConfigError
@@ -27,7 +28,8 @@ SHIPPED_CONFIG = ROOT / "config" / "cloudybot.toml"
 
 # The built-in plugins' settings (an installed third-party plugin, the example, is not ours).
 BUILT_IN_PLUGINS = [group for group in declared_settings(make_plugin_manager())
-                    if group.name in ("openai", "anthropic", "browser", "slack", "telegram")]
+                    if group.name in ("openai", "anthropic", "browser", "slack", "telegram",
+                                      "discord")]
 # Every option the shipped file documents: the core's and the built-in plugins'.
 ALL_OPTIONS: list[Declared] = [*OPTIONS, *(item for group in BUILT_IN_PLUGINS
                                            for item in declared(group.schema, group.name))]
@@ -73,6 +75,7 @@ def test_defaults_match_the_settings_dataclasses() -> None:
     assert load_core_settings(None, env={}) == Settings(llm_provider="offline")
     assert settings.plugin(TelegramSettings) == TelegramSettings()
     assert settings.plugin(SlackSettings) == SlackSettings()
+    assert settings.plugin(DiscordSettings) == DiscordSettings()
     assert settings.plugin(OpenAISettings) == OpenAISettings()
 
 

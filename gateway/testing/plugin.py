@@ -8,6 +8,8 @@ Fixtures (all prefixed ``cloudybot_``; the gateway's own test suite is built on 
 - ``cloudybot_start``: ``await cloudybot_start(env, **settings)`` starts a gateway with every
   installed plugin, talking to the fake LLM, in a temporary data dir, behind an aiohttp test
   client, and returns a :class:`GatewayHarness`;
+- ``cloudybot_fake_discord``: a fake Discord on 127.0.0.1 for a Discord-based plugin (see
+  :mod:`gateway.testing.discord`);
 - ``cloudybot_plugins``: the plugin manager it uses (register a test double on it first),
   ``cloudybot_settings``: the settings it builds, ``cloudybot_recorder``: delivered replies.
 
@@ -17,8 +19,9 @@ inbound message through your channel; it returns the reply text, or fails saying
 ``GatewayHarness.assert_no_reply(channel, message_id)`` checks that nothing answered it.
 
 Also here: :mod:`gateway.testing.fake_llm` (``FakeLLM``; ``Scripted`` and ``completion`` to
-script its answers), :mod:`gateway.testing.telegram` and :mod:`gateway.testing.slack` (fake
-Bot API and Web API servers the real python-telegram-bot and slack_sdk talk to),
+script its answers), :mod:`gateway.testing.telegram`, :mod:`gateway.testing.slack` and
+:mod:`gateway.testing.discord` (fake Bot API, Web API and Discord REST + Gateway servers the
+real python-telegram-bot, slack_sdk and discord.py talk to),
 :class:`gateway.testing.loopback.LoopbackServer` (serve any aiohttp app on 127.0.0.1) and
 :mod:`gateway.testing.processes` (the processes a gateway runs under it, from ``/proc``).
 """
@@ -45,6 +48,7 @@ from gateway.plugins.manager import (
     plugin_names,
 )
 from gateway.store import Delivery
+from gateway.testing.discord import FakeDiscord
 from gateway.testing.fake_llm import FakeLLM
 
 
@@ -135,6 +139,17 @@ class GatewayHarness:
 async def cloudybot_fake_llm() -> AsyncIterator[FakeLLM]:
     """An OpenAI-compatible fake LLM server on 127.0.0.1."""
     server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def cloudybot_fake_discord() -> AsyncIterator[FakeDiscord]:
+    """A fake Discord (REST and Gateway) on 127.0.0.1 that the real discord.py talks to: give
+    a gateway ``CLOUDYBOT_DISCORD_API_BASE=fake.api_base`` (see
+    :mod:`gateway.testing.discord`)."""
+    server = FakeDiscord()
     await server.start()
     yield server
     await server.close()
