@@ -14,6 +14,7 @@ from gateway.plugins.manager import PluginManager
 from gateway.testing.discord import (
     BOT_ID,
     CHANNEL_ID,
+    DM,
     GUILD_ID,
     OTHER_BOT_ID,
     OTHER_CHANNEL_ID,
@@ -78,7 +79,7 @@ async def test_respond_mode_all_answers_every_message_in_the_allowed_channels(
 
 async def test_a_dm_is_answered_in_the_dm_without_quoting(
         dc: Harness, fake_discord: FakeDiscord) -> None:
-    await fake_discord.message("hello in private", dm=True)
+    await fake_discord.message("hello in private", channel_id=DM)
     [sent] = await fake_discord.wait_for_messages(1)
     assert sent["content"] == "echo: hello in private"
     assert int(sent["channel_id"]) in fake_discord.dm_channels
@@ -137,7 +138,7 @@ async def test_servers_and_channels_outside_the_allow_lists_are_not_answered(
     harness = await start_discord(discord_guilds="42")
     message = await fake_discord.message(f"<@{BOT_ID}> hello?")
     await harness.assert_no_reply("discord", message["id"])
-    direct = await fake_discord.message("a DM is always answered", dm=True)
+    direct = await fake_discord.message("a DM is always answered", channel_id=DM)
     await fake_discord.wait_for_messages(1)
     assert fake_discord.sent[0]["content"] == "echo: a DM is always answered"
     assert direct["id"] != message["id"]

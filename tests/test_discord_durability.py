@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.testing.discord import FakeDiscord
+from gateway.testing.discord import DM, FakeDiscord
 from gateway.testing.fake_llm import FakeLLM
 from tests.helpers import until
 from tests.process import ServeProcess
@@ -71,7 +71,7 @@ async def test_a_discord_backlog_and_acknowledged_commands_survive_sigkill(
     for number in range(BACKLOG):
         author = AUTHORS[number % CHATS]
         text = f"message {number}"
-        await fake.message(text, dm=True, author=author)
+        await fake.message(text, channel_id=DM, author=author)
         expected[f"discord:dm:{author}"].append(text)
     # the commands' answers are held up until the kill cuts them short: a long 429 on the
     # first, which discord.py waits out holding the application's webhook bucket
@@ -102,7 +102,7 @@ async def test_one_process_holds_the_gateway_connection_and_another_takes_over(
     processes.extend(both)
     await asyncio.gather(*(process.start() for process in both))
     await fake.wait_until_ready(timeout=20)
-    await fake.message("first", dm=True)
+    await fake.message("first", channel_id=DM)
     await fake.wait_for_messages(1, timeout=20)
     await asyncio.sleep(1.0)  # long enough for a second connection to have shown up
     assert len(fake.identified) == 1 and fake.command_puts == 1
@@ -112,7 +112,7 @@ async def test_one_process_holds_the_gateway_connection_and_another_takes_over(
     await leader.kill()
     await fake.wait_for(lambda: len(fake.identified) == 2, timeout=30)  # the other one
     await fake.wait_until_ready(timeout=10)
-    await fake.message("second", dm=True)
+    await fake.message("second", channel_id=DM)
     await fake.wait_for_messages(2, timeout=20)
     assert fake.texts() == ["echo: first", "echo: second"]
     assert holds_the_gateway(other) and fake.command_puts == 1  # unchanged: not written again

@@ -12,6 +12,7 @@ import pytest
 from gateway.testing.discord import (
     BOT_ID,
     CHANNEL_ID,
+    DM,
     GUILD_ID,
     USER_ID,
     FakeDiscord,
@@ -72,7 +73,7 @@ async def test_a_real_client_connects_receives_and_sends(fake: FakeDiscord) -> N
             assert fake.pinged(sent) == {"everyone": [], "users": [], "roles": []}
             [seen] = client.seen
             assert seen.author.id == USER_ID and client.user in seen.mentions
-            await fake.message("in private", dm=True)
+            await fake.message("in private", channel_id=DM)
             await fake.wait_for_messages(2)
             assert isinstance(client.seen[1].channel, discord.DMChannel)
         finally:

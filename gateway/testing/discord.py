@@ -64,6 +64,7 @@ CHANNEL_ID = 1300000000000000001  # #general
 OTHER_CHANNEL_ID = 1300000000000000002  # #random
 THREAD_ID = 1300000000000000003  # a public thread in #general
 USER_ID = 1400000000000000001  # ada
+DM = 0  # as a message's channel_id: the author's DM with the bot
 OTHER_USER_ID = 1400000000000000002  # grace
 OTHER_BOT_ID = 1400000000000000009
 ROLE_ID = 1600000000000000001  # @moderators
@@ -259,14 +260,13 @@ class FakeDiscord:
 
     # --- events ---------------------------------------------------------------------------------
     async def message(self, content: str, *, channel_id: int = CHANNEL_ID,
-                      author: int = USER_ID, dm: bool = False,
-                      attachments: list[dict[str, Any]] | None = None,
+                      author: int = USER_ID, attachments: list[dict[str, Any]] | None = None,
                       reply_to: int | None = None) -> dict[str, Any]:
-        """Dispatch a MESSAGE_CREATE from ``author``: in a guild channel or thread, or (``dm``)
-        in the author's DM with the bot. Mentions are parsed from the content (``<@id>``), as
-        Discord does. Returns the message."""
-        data = self._new_message(content, channel_id=self._dm_of(author) if dm else channel_id,
-                                 author=author, guild=not dm, attachments=attachments or [],
+        """Dispatch a MESSAGE_CREATE from ``author``: in a guild channel or thread, or (with
+        ``channel_id=DM``) in the author's DM with the bot. Mentions are parsed from the
+        content (``<@id>``), as Discord does. Returns the message."""
+        data = self._new_message(content, channel_id=self._dm_of(author) if channel_id == DM
+                                 else channel_id, author=author, attachments=attachments or [],
                                  reply_to=reply_to)
         await self.dispatch("MESSAGE_CREATE", data)
         return data
@@ -359,9 +359,13 @@ class FakeDiscord:
                 "mute": False, "flags": 0, "pending": False, "nick": None, "avatar": None,
                 "permissions": "2251799813685247", "communication_disabled_until": None}
 
-    def _new_message(self, content: str, *, channel_id: int, author: int, guild: bool,
-                     attachments: list[dict[str, Any]], reply_to: int | None,
+    def _new_message(self, content: str, *, channel_id: int, author: int,
                      **extra: Any) -> dict[str, Any]:
+        """A message as Discord stores it (in a guild when ``channel_id`` is a guild's
+        channel); ``extra``: ``attachments``, ``reply_to`` (a message id) and raw fields."""
+        attachments = extra.pop("attachments", [])
+        reply_to = extra.pop("reply_to", None)
+        guild = channel_id in self.guild_channels
         message_id = next(self._ids)
         data: dict[str, Any] = {
             "id": str(message_id), "channel_id": str(channel_id), "author": user(author),
@@ -502,7 +506,7 @@ class FakeDiscord:
                 return invalid_form("message_reference", "Unknown message")
         message = self._new_message(
             body.get("content") or "", channel_id=channel_id, author=BOT_ID,
-            guild=channel_id in self.guild_channels, attachments=[], reply_to=reply_to)
+            reply_to=reply_to)
         message["allowed_mentions"] = body.get("allowed_mentions")
         if reply_to is not None and reply_to in self.messages:
             message["_replied_user"] = self.messages[reply_to]["author"]["id"]
@@ -603,7 +607,6 @@ class FakeDiscord:
         channel_id = int(payload["channel_id"])
         message = self._new_message(
             str(data.get("content") or ""), channel_id=channel_id, author=BOT_ID,
-            guild="guild_id" in payload, attachments=[], reply_to=None,
             webhook_id=str(APPLICATION_ID), application_id=str(APPLICATION_ID),
             interaction_metadata={
                 "id": str(interaction.id), "type": 2, "name": payload["data"]["name"],
