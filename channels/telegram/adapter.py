@@ -28,7 +28,8 @@ UTF-16 code units a message, in the same forum topic, with "typing…" while the
 Sends are paced by python-telegram-bot's ``AIORateLimiter`` to the Bot API's limits (30
 messages a second, 20 a minute per group); a 429's ``retry_after`` is still honoured, by the
 outbox. A group that became a supergroup is answered at its new id. A token that does not look
-like one stops start-up; the bot token never reaches the logs.
+like one stops start-up; the bot token never reaches the logs. Every Bot API call goes through
+the gateway's own HTTP client (:mod:`.request`), not python-telegram-bot's httpx.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from gateway import (
 )
 
 from . import NAME, TelegramSettings, render
+from .request import bot_api_requests
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +225,10 @@ class TelegramChannel(Channel):
 
     async def _connect(self) -> None:
         base = self.api_base.rstrip("/")
+        request, get_updates_request = bot_api_requests(base)  # the gateway's HTTP client
         bot: ExtBot[int] = ExtBot(
             self.token, base_url=base, base_file_url=base.removesuffix("/bot") + "/file/bot",
+            request=request, get_updates_request=get_updates_request,
             # max_retries=0: a 429 goes to the outbox, which waits retry_after and resends.
             rate_limiter=PacedRateLimiter(
                 overall_max_rate=OVERALL_RATE[0], overall_time_period=OVERALL_RATE[1],
