@@ -198,7 +198,7 @@ class PacedRateLimiter(AIORateLimiter):
 
 
 class ChannelBot(ExtBot[int]):
-    """The channel's ExtBot. Replies and edits go through :meth:`call`: PTB's own way of
+    """The channel's ExtBot. Replies, drafts and edits go through :meth:`call`: PTB's own way of
     sending (defaults, the rate limiter, the request, its errors: ``RetryAfter``,
     ``ChatMigrated``, ``BadRequest``...), but the Bot API's answer is kept as JSON. A reply
     needs at most its message id, and building a ``Message`` from the answer costs more CPU
@@ -567,9 +567,9 @@ class TelegramChannel(Channel):
         chat_id = address["chat_id"]
         if isinstance(chat_id, int) and chat_id > 0:  # a private chat (a user's id)
             draft = handle["draft"] if isinstance(handle, dict) else next(self._drafts)
-            await bot.send_message_draft(chat_id, draft, part.text,
-                                         message_thread_id=address.get("topic"),
-                                         entities=part.entities or None)
+            await bot.call("sendMessageDraft", {
+                "chat_id": chat_id, "draft_id": draft, "text": part.text,
+                "message_thread_id": address.get("topic"), "entities": part.entities or None})
             return {"draft": draft}
         if isinstance(handle, dict) and isinstance(handle.get("message"), int):
             await _edit(bot, chat_id, handle["message"], part)
