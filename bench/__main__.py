@@ -93,7 +93,7 @@ TARGETS = {
     "peak_rss_mb": ("<", 120.0),
     "cold_start_s": ("<", 1.5),
     "channel_inbox_throughput_ratio": (">=", 0.85),
-    # issue 29: a Telegram channel turn on the gateway's own HTTP client
+    # the Telegram channel on the gateway's own HTTP client: a channel turn vs a /chat turn
     "channel_vs_chat_cpu": ("<=", 1.5),
     "streaming_cpu_ratio": ("<=", 1.3),
     # issue 11: streaming over HTTP and the dashboard's thread view
