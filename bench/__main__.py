@@ -93,6 +93,9 @@ TARGETS = {
     "peak_rss_mb": ("<", 120.0),
     "cold_start_s": ("<", 1.5),
     "channel_inbox_throughput_ratio": (">=", 0.85),
+    # the Telegram channel on the gateway's own HTTP client: a channel turn vs a /chat turn
+    "channel_vs_chat_cpu": ("<=", 1.5),
+    "streaming_cpu_ratio": ("<=", 1.3),
     # issue 11: streaming over HTTP and the dashboard's thread view
     # issue 14: the gateway's own CPU per turn (PostgreSQL's server processes not counted)
     "postgresql_vs_sqlite_1": ("<=", 1.5),
@@ -306,9 +309,12 @@ def print_table(figures: dict[str, Any]) -> None:
         ("channel p50, inbox in memory", "channel_volatile_p50_ms", "{:.2f} ms"),
         ("server CPU per channel turn, durable", "channel_durable_cpu_us", "{:.0f} µs"),
         ("server CPU per channel turn, in memory", "channel_volatile_cpu_us", "{:.0f} µs"),
+        ("server CPU per /chat turn beside it, x8", "chat_cpu_us_beside_channel", "{:.0f} µs"),
+        ("  channel turn (durable) / /chat turn", "channel_vs_chat_cpu", "{:.2f}"),
         ("streaming: first piece to first draft", "streaming_first_preview_ms", "{:.0f} ms"),
         ("server CPU per turn, streaming on", "streaming_cpu_on_us", "{:.0f} µs"),
         ("server CPU per turn, streaming off", "streaming_cpu_off_us", "{:.0f} µs"),
+        ("  streaming on / off", "streaming_cpu_ratio", "{:.2f}"),
         ("/chat SSE: model's first piece to first delta", "sse_first_delta_p50_ms",
          "{:.2f} ms"),
         ("  p95", "sse_first_delta_p95_ms", "{:.2f} ms"),
@@ -365,9 +371,16 @@ def print_table(figures: dict[str, Any]) -> None:
         print("QUICK RUN: indicative figures only.")
 
 
+SECTIONS = ("headline", "conversations", "threadlist", "growth", "assembly", "sessions", "memory",
+            "cold start", "channel", "streaming", "dashboard", "openai-compatible", "webhooks",
+            "browser")
+
+
 async def run(quick: bool, against: str | None,
-              postgres_server: str | None = None) -> dict[str, Any]:
-    """Every section, in one run; each section's duration is reported on stderr."""
+              postgres_server: str | None = None,
+              only: frozenset[str] | None = None) -> dict[str, Any]:
+    """Every section (or those named in ``only``), in one run; each section's duration is
+    reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
                                "cores": os.cpu_count(), "python": platform.python_version(),
                                "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -378,6 +391,9 @@ async def run(quick: bool, against: str | None,
         tmp = Path(name)
 
         async def section(title: str, work: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+            if only is not None and title not in only and not (
+                    title == "scale-out" and "headline" in only):
+                return
             began = time.perf_counter()
             print(f"bench: {title} ...", file=sys.stderr, flush=True)
             figures.update(await work())
@@ -453,6 +469,8 @@ def main() -> int:
     parser.add_argument("--against", metavar="REV", default=REFERENCE,
                         help="the commit whose serve runs beside today's in the headline "
                              f"(default {REFERENCE}, the goals' reference; 'none': no reference)")
+    parser.add_argument("--only", metavar="SECTIONS",
+                        help="run only these sections, comma-separated: " + ", ".join(SECTIONS))
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite",
                         help="postgresql: the headline also runs serve on a fresh PostgreSQL "
                              "database, beside serve on SQLite")
@@ -462,8 +480,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.soak:
         return _soak(args.json)
+    only = None
+    if args.only:
+        only = frozenset(name.strip() for name in args.only.split(","))
+        if not only <= set(SECTIONS):
+            parser.error(f"--only: unknown section(s) {', '.join(sorted(only - set(SECTIONS)))}"
+                         f"; the sections are {', '.join(SECTIONS)}")
     figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against,
-                              args.database_url if args.backend == "postgresql" else None))
+                              args.database_url if args.backend == "postgresql" else None,
+                              only))
     print_table(figures)
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "targets": verdicts(figures)},

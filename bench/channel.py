@@ -5,12 +5,17 @@ inbox and outbox are replaced by memory (``VolatileInboxStore``, bench-only). Ea
 private chat: it posts an update to ``/telegram/webhook`` and waits until the fake Bot API got
 the reply, then sends the next. Rounds are interleaved; the median round counts. The inbox's
 cost is how much throughput and server CPU per turn the durable one gives up.
+
+Beside them, in the same rounds, the durable gateway also answers ``POST /chat`` turns at x8
+(the same process, provider and settings): a Telegram channel turn's server CPU over a
+``/chat`` turn's is what the channel itself costs (``channel_vs_chat_cpu``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +23,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.cpu import server_cpu_seconds
-from bench.load import LoadResult, Server, free_port, gateway_env, start_server
+from bench.cpu import Window, drive_window, per_worker, server_cpu_seconds
+from bench.load import LoadResult, Server, add_user, free_port, gateway_env, start_server
 from gateway.store import InboxEntry, TurnCommit, TurnWritten
 from gateway.store.sqlite import SQLiteStore
 from gateway.testing.loopback import LoopbackServer
@@ -143,7 +148,8 @@ async def drive_channel(server: Server, bot: FakeBotAPI, concurrency: int, turns
 
 
 async def run(quick: bool, tmp: Path) -> dict[str, float]:
-    """Channel-path throughput, latency and server CPU per turn, durable vs volatile inbox."""
+    """Channel-path throughput, latency and server CPU per turn, durable vs volatile inbox;
+    and the durable gateway's CPU per ``/chat`` turn beside it."""
     # bench.server lifts the Telegram channel's pacing (30 messages a second): the fake Bot
     # API has no limits, and paced sends would hide what the inbox costs.
     concurrency, turns_each = 8, (25 if quick else 150)
@@ -151,6 +157,7 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
     bot = FakeBotAPI()
     await bot.start()
     servers: dict[str, Server] = {}
+    chat_token = ""
     try:
         for variant in ("durable", "volatile"):
             data_dir = tmp / f"channel-{variant}"
@@ -158,6 +165,8 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
                    "CLOUDYBOT_TELEGRAM_API_BASE": bot.base_url,
                    "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET": SECRET,
                    "CLOUDYBOT_DEFAULT_PLAN": "team"}  # channel senders: no rate limit
+            if variant == "durable":  # its /chat turns: an account of the same plan
+                chat_token = await asyncio.to_thread(add_user, env)
             port = free_port()
             args = ["-m", "bench.server", str(data_dir), str(port)]
             # In a thread: the fake Bot API on this loop must answer the gateway's getMe.
@@ -165,8 +174,13 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
                 start_server, [*args, "--volatile-inbox"] if variant == "volatile" else args,
                 env, port)
         runs: dict[str, list[tuple[LoadResult, float]]] = {}
+        chat_cpu: list[float] = []
+        chat_window = Window(60.0, concurrency * turns_each)  # as many turns as a channel run
         first_update = 10_000
-        for _ in range(rounds):
+        for round_number in range(rounds):
+            chat = await drive_window(servers["durable"], chat_token, concurrency, chat_window,
+                                      per_worker(f"chat-r{round_number}"))
+            chat_cpu.append(chat.cpu_us_per_turn)
             for variant, server in servers.items():
                 await drive_channel(server, bot, concurrency, 2, first_update)  # warm-up
                 first_update += 100_000
@@ -190,4 +204,8 @@ async def run(quick: bool, tmp: Path) -> dict[str, float]:
         figures[f"channel_{variant}_errors"] = float(result.errors)
     figures["channel_inbox_throughput_ratio"] = (figures["channel_durable_turns_per_s"]
                                                  / figures["channel_volatile_turns_per_s"])
+    chat_us = statistics.median(chat_cpu)
+    figures["chat_cpu_us_beside_channel"] = chat_us
+    figures["channel_vs_chat_cpu"] = figures["channel_durable_cpu_us"] / chat_us if chat_us \
+        else 0.0
     return figures

@@ -8,6 +8,7 @@ with sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -337,6 +338,60 @@ async def test_the_request_head_has_host_type_length_accept_agent_and_given_head
     assert bodies == [BODY]
 
 
+async def test_a_client_of_another_content_type_sends_it(make_client: MakeClient) -> None:
+    async def form(request: web.Request) -> web.Response:
+        return web.json_response({"type": request.content_type,
+                                  "fields": dict(await request.post())})
+    app = web.Application()
+    app.router.add_post("/v1/form", form)
+    async with serve(app) as port:
+        client = make_client(f"http://127.0.0.1:{port}/v1",
+                             content_type="application/x-www-form-urlencoded")
+        async with client.post("/form", b"chat_id=42&text=hi+there") as response:
+            assert json.loads(await response.read()) == {
+                "type": "application/x-www-form-urlencoded",
+                "fields": {"chat_id": "42", "text": "hi there"}}
+    with pytest.raises(ValueError):
+        HTTPClient("http://example.com", content_type="text/plain\r\nX-Evil: 1")
+
+
+async def test_a_get_sends_no_body_and_shares_the_keep_alive_connection(
+        make_client: MakeClient) -> None:
+    heads: list[bytes] = []
+    bodies: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (request := await read_request(reader)) is not None:
+            heads.append(request[0])
+            bodies.append(request[1])
+            picture = b"\xff\xd8 picture" * 1000
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(picture), picture))
+            await writer.drain()
+
+    server = RawServer(record)
+    async with server.running() as url:
+        client = make_client(url, headers={"Authorization": "Bearer sk-1"})
+        async with client.get("/file/bot1:A/photos/p 1.jpg") as response:
+            assert response.status == 200
+            assert response.content_type == "image/jpeg"
+            assert await response.read() == b"\xff\xd8 picture" * 1000
+        async with client.post("/x", BODY) as response:
+            await response.read()
+        async with client.get("/file/bot1:A/photos/p2.jpg", {"X-Extra": "yes"}) as response:
+            await response.read()
+    assert server.connections == 1
+    assert bodies == [b"", BODY, b""]
+    request_line, *lines = heads[0].decode().split("\r\n")[:-2]
+    headers = {name.lower(): value.strip() for name, _, value in
+               (line.partition(":") for line in lines)}
+    assert request_line == "GET /v1/file/bot1:A/photos/p%201.jpg HTTP/1.1"
+    assert "content-length" not in headers and "content-type" not in headers
+    assert headers["authorization"] == "Bearer sk-1"
+    assert heads[1].startswith(b"POST /v1/x HTTP/1.1\r\n")
+    assert b"\r\nX-Extra: yes\r\n" in heads[2]
+
+
 @pytest.mark.parametrize(("url", "headers"), [
     pytest.param("ftp://example.com/v1", {}, id="not-http"),
     pytest.param("http:///v1", {}, id="no-host"),
@@ -592,6 +647,31 @@ async def test_an_unreachable_server_is_connection_failed(make_client: MakeClien
     with pytest.raises(ConnectionFailed):
         async with client.post("/x", BODY):
             pass
+
+
+async def test_a_connection_not_made_within_connect_timeout_fails_at_once(
+        make_client: MakeClient) -> None:
+    # A listening socket that never accepts, its backlog filled: connecting to it hangs.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(4)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+            client = make_client(f"http://127.0.0.1:{port}/v1", connect_timeout=0.2)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(ConnectionFailed, match=r"no connection within 0\.2 s") as failure:
+                async with client.post("/x", BODY):
+                    pass
+            assert isinstance(failure.value.__cause__, TimeoutError)
+            assert asyncio.get_running_loop().time() - started < 2
+        finally:
+            for filler in fillers:
+                filler.close()
 
 
 # --- timeouts and cancellation ------------------------------------------------------------------

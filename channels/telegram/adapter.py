@@ -28,7 +28,8 @@ UTF-16 code units a message, in the same forum topic, with "typing…" while the
 Sends are paced by python-telegram-bot's ``AIORateLimiter`` to the Bot API's limits (30
 messages a second, 20 a minute per group); a 429's ``retry_after`` is still honoured, by the
 outbox. A group that became a supergroup is answered at its new id. A token that does not look
-like one stops start-up; the bot token never reaches the logs.
+like one stops start-up; the bot token never reaches the logs. Every Bot API call goes through
+the gateway's own HTTP client (:mod:`.request`), not python-telegram-bot's httpx.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from gateway import (
 )
 
 from . import NAME, TelegramSettings, render
+from .request import bot_api_requests
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,42 @@ def session_key(message: Message) -> str:
     if message.is_topic_message and message.message_thread_id:
         return f"{NAME}:{message.chat.id}:{message.message_thread_id}"
     return f"{NAME}:{message.chat.id}"
+
+
+PLAIN_MESSAGE_KEYS = frozenset({"message_id", "from", "chat", "date", "text"})
+
+
+def plain_private_text(data: Mapping[str, Any]) -> InboundMessage | None:
+    """The inbound message of the commonest update, a plain text in a private chat, read
+    straight from its JSON; None for any other update (or anything unusual about this one):
+    :meth:`TelegramChannel.to_inbound` reads those through PTB's ``Update``, whose objects
+    cost more CPU than the rest of the webhook. What it gives is what ``to_inbound`` would
+    (a test holds them equal): no mention, command, entity, topic, reply or media is
+    possible here, so the text is the message's, trimmed.
+    """
+    message = data.get("message")
+    if len(data) != 2 or not isinstance(message, dict) or not message.keys() <= PLAIN_MESSAGE_KEYS:
+        return None
+    chat, user, text = message.get("chat"), message.get("from"), message.get("text")
+    if not (isinstance(chat, dict) and chat.get("type") == ChatType.PRIVATE
+            and type(chat.get("id")) is int and isinstance(user, dict)
+            and user.get("is_bot") is False and type(user.get("id")) is int
+            and isinstance(user.get("first_name"), str) and type(message.get("date")) is int
+            and 0 <= message["date"] < 2**33 and type(message.get("message_id")) is int
+            and isinstance(text, str) and not text.startswith("/")):
+        return None
+    try:
+        text.encode("utf-16-le")  # a lone surrogate: the full path refuses the update
+    except UnicodeEncodeError:
+        return None
+    text = _trim(text)
+    if not text:
+        return None
+    return InboundMessage(
+        channel=NAME, conversation=f"{NAME}:{chat['id']}", sender=f"{NAME}:{user['id']}",
+        message_id=str(data["update_id"]), text=text,
+        address={"chat_id": chat["id"], "topic": None, "reply_to": None},
+        max_chars=MessageLimit.MAX_TEXT_LENGTH)
 
 
 def _our_mentions(message: Message, username: str) -> list[MessageEntity]:
@@ -159,6 +197,19 @@ class PacedRateLimiter(AIORateLimiter):
                                              rate_limit_args)
 
 
+class ChannelBot(ExtBot[int]):
+    """The channel's ExtBot. Replies, drafts and edits go through :meth:`call`: PTB's own way of
+    sending (defaults, the rate limiter, the request, its errors: ``RetryAfter``,
+    ``ChatMigrated``, ``BadRequest``...), but the Bot API's answer is kept as JSON. A reply
+    needs at most its message id, and building a ``Message`` from the answer costs more CPU
+    than the HTTP exchange itself."""
+
+    async def call(self, endpoint: str, data: dict[str, Any]) -> Any:
+        """Call ``endpoint`` with ``data`` (None values are left out, as PTB's methods do);
+        the result as the Bot API's JSON (a message's dict, or True)."""
+        return await self._post(endpoint, data)
+
+
 class TelegramChannel(Channel):
     """Telegram through python-telegram-bot, by webhook or long polling."""
 
@@ -172,7 +223,7 @@ class TelegramChannel(Channel):
         self.webhook_url = settings.webhook_url
         self.group_mode = settings.group_mode
         self.api_base = settings.api_base
-        self.bot: ExtBot[int] | None = None
+        self.bot: ChannelBot | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._drafts = itertools.count(1)  # draft ids: any non-zero number, animated per id
         self._polling: asyncio.Task[None] | None = None
@@ -223,8 +274,10 @@ class TelegramChannel(Channel):
 
     async def _connect(self) -> None:
         base = self.api_base.rstrip("/")
-        bot: ExtBot[int] = ExtBot(
+        request, get_updates_request = bot_api_requests(base)  # the gateway's HTTP client
+        bot = ChannelBot(
             self.token, base_url=base, base_file_url=base.removesuffix("/bot") + "/file/bot",
+            request=request, get_updates_request=get_updates_request,
             # max_retries=0: a 429 goes to the outbox, which waits retry_after and resends.
             rate_limiter=PacedRateLimiter(
                 overall_max_rate=OVERALL_RATE[0], overall_time_period=OVERALL_RATE[1],
@@ -342,8 +395,9 @@ class TelegramChannel(Channel):
             data = json.loads(await request.read())
             if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
                 raise ValueError("not an Update")
-            update = Update.de_json(data, bot)
-            inbound = self.to_inbound(update, bot)
+            inbound = plain_private_text(data)
+            if inbound is None:  # anything but the plainest message: PTB reads it
+                inbound = self.to_inbound(Update.de_json(data, bot), bot)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise BadRequest("the body is not a Telegram Update", code="invalid_update") from None
         if inbound is not None:
@@ -445,7 +499,7 @@ class TelegramChannel(Channel):
                 and replied.from_user.id == bot.id)
 
     # --- outbound -----------------------------------------------------------------------------
-    def _running_bot(self) -> Bot:
+    def _running_bot(self) -> ChannelBot:
         if self.bot is None:
             raise ConnectionError("the Telegram channel is not connected yet")
         return self.bot
@@ -484,13 +538,12 @@ class TelegramChannel(Channel):
             raise DeliveryFailed(str(exc)) from exc
         # any other TelegramError (network trouble) is retried by the outbox with backoff
 
-    async def _finish_preview(self, bot: Bot, address: Mapping[str, Any], message_id: int,
-                              part: render.Part) -> bool:
+    async def _finish_preview(self, bot: ChannelBot, address: Mapping[str, Any],
+                              message_id: int, part: render.Part) -> bool:
         """Turn the message shown while the model wrote into the reply's first part; False
         when that cannot be done (the preview is gone), so the part is sent anew."""
         try:
-            await bot.edit_message_text(part.text, address["chat_id"], message_id,
-                                        entities=part.entities or None)
+            await _edit(bot, address["chat_id"], message_id, part)
         except RetryAfter as exc:
             raise DeliveryRetry(retry_after_seconds(exc)) from exc
         except TelegramBadRequest as exc:
@@ -514,36 +567,26 @@ class TelegramChannel(Channel):
         chat_id = address["chat_id"]
         if isinstance(chat_id, int) and chat_id > 0:  # a private chat (a user's id)
             draft = handle["draft"] if isinstance(handle, dict) else next(self._drafts)
-            await bot.send_message_draft(chat_id, draft, part.text,
-                                         message_thread_id=address.get("topic"),
-                                         entities=part.entities or None)
+            await bot.call("sendMessageDraft", {
+                "chat_id": chat_id, "draft_id": draft, "text": part.text,
+                "message_thread_id": address.get("topic"), "entities": part.entities or None})
             return {"draft": draft}
         if isinstance(handle, dict) and isinstance(handle.get("message"), int):
-            await bot.edit_message_text(part.text, chat_id, handle["message"],
-                                        entities=part.entities or None)
+            await _edit(bot, chat_id, handle["message"], part)
             return handle
-        quote = address.get("reply_to")
-        sent = await bot.send_message(
-            chat_id, part.text, entities=part.entities or None,
-            message_thread_id=address.get("topic"),
-            reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
-            if quote else None)
-        return {"message": sent.message_id}
+        sent = await _send(bot, chat_id, part, address.get("topic"), address.get("reply_to"))
+        return {"message": sent["message_id"]}
 
     @staticmethod
-    async def _send_part(bot: Bot, address: Mapping[str, Any], chat_id: int | str,
+    async def _send_part(bot: ChannelBot, address: Mapping[str, Any], chat_id: int | str,
                          part: render.Part) -> int | str:
         """sendMessage; return the chat it went to (a migrated group's new id)."""
         same_chat = chat_id == address["chat_id"]  # not a supergroup the group became
-        quote = address.get("reply_to") if same_chat else None
         try:
-            await bot.send_message(
-                chat_id, part.text, entities=part.entities or None,
-                message_thread_id=address.get("topic") if same_chat else None,
-                reply_parameters=ReplyParameters(quote, allow_sending_without_reply=True)
-                if quote else None)
+            await _send(bot, chat_id, part, address.get("topic") if same_chat else None,
+                        address.get("reply_to") if same_chat else None)
         except ChatMigrated as exc:  # the group became a supergroup: answer it there
-            await bot.send_message(exc.new_chat_id, part.text, entities=part.entities or None)
+            await _send(bot, exc.new_chat_id, part)
             return exc.new_chat_id
         return chat_id
 
@@ -551,3 +594,19 @@ class TelegramChannel(Channel):
         """sendChatAction typing, in the topic."""
         await self._running_bot().send_chat_action(address["chat_id"], ChatAction.TYPING,
                                                    message_thread_id=address.get("topic"))
+
+
+async def _send(bot: ChannelBot, chat_id: int | str, part: render.Part, topic: int | None = None,
+                quote: int | None = None) -> Any:
+    """sendMessage of one part (in a topic, quoting a message); the sent message's JSON."""
+    return await bot.call("sendMessage", {
+        "chat_id": chat_id, "text": part.text, "entities": part.entities or None,
+        "message_thread_id": topic,
+        "reply_parameters": ReplyParameters(quote, allow_sending_without_reply=True)
+        if quote else None})
+
+
+async def _edit(bot: ChannelBot, chat_id: int | str, message_id: int, part: render.Part) -> None:
+    """editMessageText: the message now holds ``part``."""
+    await bot.call("editMessageText", {"chat_id": chat_id, "message_id": message_id,
+                                       "text": part.text, "entities": part.entities or None})

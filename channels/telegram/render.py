@@ -1,5 +1,10 @@
 """The model's Markdown as Telegram messages: plain text plus ``MessageEntity`` formatting.
 
+The entities are kept as the Bot API's JSON (``{"type": "bold", "offset": 0, "length": 4}``,
+with ``url``, ``language`` or ``custom_emoji_id`` when set), which is what goes on the wire:
+python-telegram-bot's ``MessageEntity`` objects cost ~10 µs each to build, and a 4,000-character
+reply may carry a few hundred entities.
+
 :func:`formatted` converts with ``telegramify-markdown`` (bold, italic, ``code``, code blocks
 with their language, links, lists, quotes...): no escaping or parse mode is involved, so no text
 can break the formatting. Raw HTML the model writes (``<script>``, ``<b>``) is shown as written,
@@ -11,12 +16,14 @@ entities cut and moved along.
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyromark
 import telegramify_markdown
-from telegram import MessageEntity
 from telegram.constants import MessageLimit
 
 LIMIT = MessageLimit.MAX_TEXT_LENGTH  # UTF-16 code units per message
@@ -26,25 +33,41 @@ OPTIONS = (pyromark.Options.ENABLE_TABLES | pyromark.Options.ENABLE_STRIKETHROUG
 LINK_SCHEMES = ("http://", "https://", "tg://")  # what a text_link may open
 _ASCII_PUNCTUATION = frozenset(b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
+Entity = dict[str, Any]  # the Bot API's MessageEntity, as JSON
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")  # two UTF-16 code units each
+
 
 @dataclass(frozen=True)
 class Part:
     """One Telegram message: its text and the formatting entities over it."""
 
     text: str
-    entities: tuple[MessageEntity, ...] = ()
+    entities: tuple[Entity, ...] = ()
 
 
 def formatted(markdown: str, limit: int = LIMIT) -> list[Part]:
     """``markdown`` as formatted messages; empty if it renders to no visible text."""
     text, found = telegramify_markdown.convert(literal_html(markdown))
     entities = [
-        MessageEntity(entity.type, entity.offset, entity.length, url=entity.url,
-                      language=entity.language, custom_emoji_id=entity.custom_emoji_id)
+        _entity(entity.type, entity.offset, entity.length, entity.url, entity.language,
+                entity.custom_emoji_id)
         for entity in found
         if entity.type != "text_link" or (entity.url or "").lower().startswith(LINK_SCHEMES)
     ]
     return split(text, entities, limit)
+
+
+def _entity(kind: str, offset: int, length: int, url: str | None = None,
+            language: str | None = None, custom_emoji_id: str | None = None) -> Entity:
+    """A MessageEntity as the Bot API's JSON (fields that are None left out)."""
+    entity: Entity = {"type": kind, "offset": offset, "length": length}
+    if url is not None:
+        entity["url"] = url
+    if language is not None:
+        entity["language"] = language
+    if custom_emoji_id is not None:
+        entity["custom_emoji_id"] = custom_emoji_id
+    return entity
 
 
 def plain(text: str, limit: int = LIMIT) -> list[Part]:
@@ -79,22 +102,23 @@ def literal_html(markdown: str) -> str:
 
 def utf16_offsets(text: str) -> list[int]:
     """For each index of ``text`` (and its end), the offset in UTF-16 code units."""
-    offsets = [0] * (len(text) + 1)
-    units = 0
-    for index, char in enumerate(text):
-        offsets[index] = units
-        units += 2 if ord(char) > 0xFFFF else 1
-    offsets[len(text)] = units
+    offsets: list[int] = []
+    start = extra = 0  # extra: the characters beyond the BMP (two units each) seen so far
+    for astral in _ASTRAL.finditer(text):
+        end = astral.start() + 1  # up to and including the astral character: one unit each
+        offsets.extend(range(start + extra, end + extra))
+        start, extra = end, extra + 1
+    offsets.extend(range(start + extra, len(text) + 1 + extra))
     return offsets
 
 
-def split(text: str, entities: Sequence[MessageEntity], limit: int = LIMIT) -> list[Part]:
+def split(text: str, entities: Sequence[Entity], limit: int = LIMIT) -> list[Part]:
     """Cut ``text`` into parts of at most ``limit`` UTF-16 code units: at the last paragraph
     break, else line break, else space in the second half of the window, else at the limit.
     Whitespace at the edges of a part is dropped unless an entity covers it (a code block's
     indentation); entities are clipped to each part and their offsets made relative to it."""
     units = utf16_offsets(text)
-    covered = [(e.offset, e.offset + e.length) for e in entities]
+    covered = [(e["offset"], e["offset"] + e["length"]) for e in entities]
 
     def bare_space(index: int) -> bool:
         return text[index].isspace() and not any(a <= units[index] < b for a, b in covered)
@@ -108,9 +132,8 @@ def split(text: str, entities: Sequence[MessageEntity], limit: int = LIMIT) -> l
             return parts
         cut = end_of_text
         if units[end_of_text] - units[start] > limit:
-            window_end = start
-            while window_end < end_of_text and units[window_end + 1] - units[start] <= limit:
-                window_end += 1
+            # the last index whose offset is at most the limit past the start
+            window_end = bisect_right(units, units[start] + limit, start, end_of_text + 1) - 1
             cut = window_end
             window = text[start:window_end]
             for separator in ("\n\n", "\n", " "):
@@ -125,13 +148,14 @@ def split(text: str, entities: Sequence[MessageEntity], limit: int = LIMIT) -> l
         start = cut
 
 
-def _clip(entities: Sequence[MessageEntity], start: int, end: int) -> tuple[MessageEntity, ...]:
+def _clip(entities: Sequence[Entity], start: int, end: int) -> tuple[Entity, ...]:
     """The parts of ``entities`` within UTF-16 ``[start, end)``, offset from ``start``."""
     clipped = []
     for entity in entities:
-        first, last = max(entity.offset, start), min(entity.offset + entity.length, end)
+        offset = entity["offset"]
+        first, last = max(offset, start), min(offset + entity["length"], end)
         if last > first:
-            clipped.append(MessageEntity(entity.type, first - start, last - first,
-                                         url=entity.url, language=entity.language,
-                                         custom_emoji_id=entity.custom_emoji_id))
+            unchanged = first - start == offset and last - first == entity["length"]
+            clipped.append(entity if unchanged else  # entities are never changed in place
+                           {**entity, "offset": first - start, "length": last - first})
     return tuple(clipped)

@@ -1,4 +1,5 @@
-"""A small keep-alive HTTP/1.1 client for JSON POSTs to one origin (asyncio + httptools).
+"""A small keep-alive HTTP/1.1 client for POSTs (JSON by default) to one origin (asyncio +
+httptools); GETs too, for a file on the same origin.
 
 It exists for the LLM provider's hot path: aiohttp's client spends a few hundred µs of CPU per
 call on machinery this exchange never uses (cookie jars, tracing, multidicts, payload
@@ -10,10 +11,12 @@ response is parsed by llhttp (through httptools)::
         data = await response.read()            # or: async for line in response.lines()
     await client.close()
 
-Timeouts are the caller's (``asyncio.timeout``). A connection goes back to the pool only when
-its response was read to the end and the server keeps it alive; a response left unread, an
-error, a timeout or a cancellation closes it. A request on a pooled connection that the server
-had closed (no byte of an answer came back) is sent again once on a fresh connection.
+Timeouts are the caller's (``asyncio.timeout``), but for ``connect_timeout``, which bounds
+opening a connection (a :class:`ConnectionFailed` caused by a ``TimeoutError``). A connection
+goes back to the pool only when its response was read to the end and the server keeps it
+alive; a response left unread, an error, a timeout or a cancellation closes it. A request on a
+pooled connection that the server had closed (no byte of an answer came back) is sent again
+once on a fresh connection.
 
 Every failure is an :class:`HTTPClientError`: :class:`ConnectionFailed` (no connection, a
 connection that broke, malformed HTTP) or :class:`ResponseTooLarge`.
@@ -79,7 +82,8 @@ class Limits:
 
 
 class HTTPClient:
-    """Keep-alive HTTP/1.1 POSTs of JSON bodies to the origin of ``base_url``.
+    """Keep-alive HTTP/1.1 POSTs of JSON bodies (or of ``content_type``) to the origin of
+    ``base_url``; GETs of paths on it.
 
     ``base_url`` is ``http://`` or ``https://`` with an optional path prefix that every
     request's path is appended to. ``headers`` go with every request (``Authorization``, say).
@@ -90,12 +94,15 @@ class HTTPClient:
     the reader lags): the caller's timeout ends it.
     ``connect_address``, if given, picks the address each new connection goes to (and may
     refuse by raising): it is how a caller checks the very address connected to.
+    ``content_type`` is what POST bodies are (``application/x-www-form-urlencoded``, say);
+    ``connect_timeout`` bounds opening a connection (seconds; None: the caller's timeout only).
     """
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
                  ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
                  connect_address: Callable[[str, int], Awaitable[str]] | None = None,
-                 ) -> None:
+                 content_type: str = "application/json",
+                 connect_timeout: float | None = None) -> None:
         parts = urlsplit(base_url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
@@ -116,6 +123,10 @@ class HTTPClient:
             self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
         self._prefix = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
         self._query = f"?{parts.query}" if parts.query else ""
+        if _FORBIDDEN_VALUE.search(content_type) or not content_type.isascii():
+            raise ValueError(f"not a content type: {content_type!r}")
+        self._content_type = content_type
+        self._connect_timeout = connect_timeout
         self._given_headers = dict(headers or {})
         self._headers = _merged_headers(self._given_headers)
         self._limits = limits if limits is not None else Limits()
@@ -144,6 +155,17 @@ class HTTPClient:
             head = self._heads.get(path) or self._cache_head(path)
         return _Exchange(self, b"".join((head, b"%d\r\n\r\n" % len(body), body)))
 
+    def get(self, path: str, headers: Mapping[str, str] | None = None) -> _Exchange:
+        """GET the base URL's path + ``path``; use as ``async with`` (as :meth:`post`).
+
+        The request head is built anew each time (GET paths, file paths say, are not cached).
+        """
+        if self._closed:
+            raise RuntimeError("the HTTP client is closed")
+        merged = _merged_headers({**self._given_headers, **headers}) if headers \
+            else self._headers
+        return _Exchange(self, b"%s\r\n\r\n" % self._build_head(path, merged, "GET"))
+
     async def close(self) -> None:
         """Close every idle connection (those in use close when their responses end)."""
         self._closed = True
@@ -165,14 +187,17 @@ class HTTPClient:
         self._heads[path] = head
         return head
 
-    def _build_head(self, path: str, headers: Mapping[str, str]) -> bytes:
-        """The request head up to and including ``Content-Length: `` (its value is per call)."""
+    def _build_head(self, path: str, headers: Mapping[str, str], method: str = "POST") -> bytes:
+        """A POST's head up to and including ``Content-Length: `` (its value is per call); a
+        GET's without its last blank line."""
         tail = f"/{quote(path.lstrip('/'), safe=_PATH_SAFE)}" if path else ""
         target = f"{self._prefix}{tail}" or "/"
         target += self._query
-        lines = [f"POST {target} HTTP/1.1", f"Host: {self._host_header}",
-                 "Content-Type: application/json",
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}",
+                 *((f"Content-Type: {self._content_type}",) if method == "POST" else ()),
                  *(f"{name}: {value}" for name, value in headers.items())]
+        if method != "POST":
+            return "\r\n".join(lines).encode("latin-1")
         return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
     async def _send(self, request: bytes) -> _Connection:
@@ -221,12 +246,16 @@ class HTTPClient:
         host = self._host
         if self._connect_address is not None:
             host = await self._connect_address(host, self._port)
+        deadline = asyncio.timeout(self._connect_timeout)
         try:
-            await loop.create_connection(
-                lambda: connection, host, self._port, ssl=self._ssl,
-                server_hostname=self._host if self._ssl is not None else None)
-        except OSError as exc:  # refused, unreachable, no such host, TLS failures
-            raise ConnectionFailed(f"cannot connect to {self.origin}: {exc}") from exc
+            async with deadline:
+                await loop.create_connection(
+                    lambda: connection, host, self._port, ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None)
+        except OSError as exc:  # refused, unreachable, no such host, TLS failures, timeout
+            reason = f"no connection within {self._connect_timeout} s" if deadline.expired() \
+                else str(exc)
+            raise ConnectionFailed(f"cannot connect to {self.origin}: {reason}") from exc
         return connection
 
     def _release(self, connection: _Connection) -> None:
