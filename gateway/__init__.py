@@ -79,7 +79,7 @@ from gateway.net.destinations import (
     web_url,
 )
 from gateway.net.destinations import addresses as public_addresses
-from gateway.net.http_client import HTTPClient, HTTPClientError, Response
+from gateway.net.http_client import Connecting, HTTPClient, HTTPClientError, Limits, Response
 from gateway.store import Delivery, ThreadRef, User
 from gateway.tools import Credential, Tool, ToolCall, ToolContext
 
@@ -137,9 +137,11 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "Unauthorized",
     "Unavailable",
     # helpers the built-in plugins share
+    "Connecting",
     "DestinationRefused",
     "HTTPClient",
     "HTTPClientError",
+    "Limits",
     "Resolver",
     "Response",
     "help_text",

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.net.http_client import (
+    Connecting,
     ConnectionFailed,
     HTTPClient,
     HTTPClientError,
@@ -662,7 +663,7 @@ async def test_a_connection_not_made_within_connect_timeout_fails_at_once(
                 filler.setblocking(False)
                 with contextlib.suppress(BlockingIOError):
                     filler.connect(("127.0.0.1", port))
-            client = make_client(f"http://127.0.0.1:{port}/v1", connect_timeout=0.2)
+            client = make_client(f"http://127.0.0.1:{port}/v1", connecting=Connecting(timeout=0.2))
             started = asyncio.get_running_loop().time()
             with pytest.raises(ConnectionFailed, match=r"no connection within 0\.2 s") as failure:
                 async with client.post("/x", BODY):
@@ -810,7 +811,8 @@ async def test_https_with_the_servers_ca_works_and_keeps_the_connection_alive(
     async with serve(echo_app(peers), ssl_context=server_context) as port:
         for host in ("localhost", "127.0.0.1"):
             client = make_client(f"https://{host}:{port}/v1",
-                                 ssl_context=ssl.create_default_context(cafile=str(ca)))
+                                 connecting=Connecting(
+                                     ssl.create_default_context(cafile=str(ca))))
             for _ in range(3):
                 async with client.post("/echo", BODY) as response:
                     assert json.loads(await response.read())["body"] == BODY.decode()

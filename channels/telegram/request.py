@@ -39,7 +39,7 @@ import httpx
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from gateway import HTTPClient, HTTPClientError
+from gateway import Connecting, HTTPClient, HTTPClientError
 
 if TYPE_CHECKING:
     from telegram._utils.types import ODVInput
@@ -128,8 +128,8 @@ class GatewayRequest(BaseRequest):
     def _client(self, origin: str) -> HTTPClient:
         if self._ssl is None and origin.startswith("https:"):
             self._ssl = httpx.create_ssl_context()  # what httpx trusts: env, else certifi
-        client = HTTPClient(origin, headers=self._headers, ssl_context=self._ssl,
-                            content_type=FORM, connect_timeout=self._connect_timeout)
+        client = HTTPClient(origin, headers=self._headers, content_type=FORM,
+                            connecting=Connecting(self._ssl, timeout=self._connect_timeout))
         self._clients[origin] = client
         return client
 

@@ -81,28 +81,36 @@ class Limits:
     line: int = MAX_LINE_BYTES
 
 
+@dataclass(frozen=True, slots=True)
+class Connecting:
+    """How a client opens connections: ``ssl_context`` replaces the default verifying context
+    for ``https://`` (a test's own CA); ``address``, if given, picks the address each new
+    connection goes to (and may refuse by raising: it is how a caller checks the very address
+    connected to); ``timeout`` bounds opening one (seconds; None: the caller's timeout only)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    address: Callable[[str, int], Awaitable[str]] | None = None
+    timeout: float | None = None
+
+
 class HTTPClient:
     """Keep-alive HTTP/1.1 POSTs of JSON bodies (or of ``content_type``) to the origin of
     ``base_url``; GETs of paths on it.
 
     ``base_url`` is ``http://`` or ``https://`` with an optional path prefix that every
     request's path is appended to. ``headers`` go with every request (``Authorization``, say).
-    ``ssl_context`` replaces the default verifying context for ``https://`` (a test's own CA).
-    ``limits`` (:class:`Limits`) say how many idle connections are kept and for how long; a
+    ``content_type`` is what POST bodies are (``application/x-www-form-urlencoded``, say).
+    ``connecting`` (:class:`Connecting`) says how connections are opened. ``limits``
+    (:class:`Limits`) say how many idle connections are kept and for how long; a
     head, a body read whole or one line larger than they allow is a :class:`ResponseTooLarge`.
     A body read by lines has no total limit (it is held a line at a time, reading paused while
     the reader lags): the caller's timeout ends it.
-    ``connect_address``, if given, picks the address each new connection goes to (and may
-    refuse by raising): it is how a caller checks the very address connected to.
-    ``content_type`` is what POST bodies are (``application/x-www-form-urlencoded``, say);
-    ``connect_timeout`` bounds opening a connection (seconds; None: the caller's timeout only).
     """
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
-                 connect_address: Callable[[str, int], Awaitable[str]] | None = None,
-                 content_type: str = "application/json",
-                 connect_timeout: float | None = None) -> None:
+                 content_type: str = "application/json", limits: Limits | None = None,
+                 connecting: Connecting | None = None) -> None:
+        connecting = connecting if connecting is not None else Connecting()
         parts = urlsplit(base_url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
@@ -120,13 +128,14 @@ class HTTPClient:
         self._host_header = host if port is None or port == default_port else f"{host}:{port}"
         self._ssl: ssl.SSLContext | None = None
         if scheme == "https":
-            self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
+            self._ssl = connecting.ssl_context if connecting.ssl_context is not None \
+                else ssl.create_default_context()
         self._prefix = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
         self._query = f"?{parts.query}" if parts.query else ""
         if _FORBIDDEN_VALUE.search(content_type) or not content_type.isascii():
             raise ValueError(f"not a content type: {content_type!r}")
         self._content_type = content_type
-        self._connect_timeout = connect_timeout
+        self._connect_timeout = connecting.timeout
         self._given_headers = dict(headers or {})
         self._headers = _merged_headers(self._given_headers)
         self._limits = limits if limits is not None else Limits()
@@ -136,7 +145,7 @@ class HTTPClient:
         self._idle: deque[_Connection] = deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
-        self._connect_address = connect_address
+        self._connect_address = connecting.address
 
     def post(self, path: str, body: bytes,
              headers: Mapping[str, str] | None = None) -> _Exchange:

@@ -40,7 +40,7 @@ from gateway.base.logs import mask_secrets
 from gateway.base.metrics import Metrics
 from gateway.config.settings import Settings
 from gateway.net import destinations
-from gateway.net.http_client import HTTPClient, HTTPClientError, Limits
+from gateway.net.http_client import Connecting, HTTPClient, HTTPClientError, Limits
 from gateway.store import DueDelivery, Store, Webhook, WebhookAttempt, WebhookDelivery
 from gateway.webhooks import signing as webhook_signing
 
@@ -288,7 +288,7 @@ class WebhookDispatcher:
             return None
         client = HTTPClient(webhook.url, limits=Limits(
             idle_connections=gw.settings.webhooks_concurrency, body=MAX_RESPONSE_BYTES),
-            connect_address=self._connect_address)
+            connecting=Connecting(address=self._connect_address))
         self._endpoints[webhook_id] = endpoint = _Endpoint(
             webhook, webhook_signing.signing_key(opened["secret"]), client, now)
         return endpoint
