@@ -20,7 +20,9 @@ gateway's CPU per turn read from its own process counters, not throughput:
 7. memory: peak RSS of ``serve`` during (1), RSS after 10,000 threads were used;
 8. cold start: ``cloudybot serve`` to a healthy ``/healthz``;
 9. the channel path: Telegram webhook updates to replies at a fake Bot API, with the durable
-   inbox and outbox vs the same gateway keeping them in memory (their cost);
+   inbox and outbox vs the same gateway keeping them in memory (their cost); Slack's and
+   Discord's (bench/channels_more.py): signed Events API events / Gateway MESSAGE_CREATEs
+   to replies at the fake Slack / Discord, server CPU per turn vs a /chat turn beside it;
 10. streaming on that path: the model's first piece to the first draft, and server CPU per
     turn with channel streaming on vs off;
 11. the dashboard (bench/dashboard.py): ``/chat`` as Server-Sent Events, the model's first
@@ -61,6 +63,7 @@ from bench import (
     assembly,
     browser,
     channel,
+    channels_more,
     conversations,
     cpu,
     dashboard,
@@ -95,6 +98,9 @@ TARGETS = {
     "channel_inbox_throughput_ratio": (">=", 0.85),
     # the Telegram channel on the gateway's own HTTP client: a channel turn vs a /chat turn
     "channel_vs_chat_cpu": ("<=", 1.5),
+    # Slack and Discord: a channel turn vs a /chat turn on the same server
+    "slack_vs_chat_cpu": ("<=", 1.5),
+    "discord_vs_chat_cpu": ("<=", 1.5),
     "streaming_cpu_ratio": ("<=", 1.3),
     # issue 11: streaming over HTTP and the dashboard's thread view
     # issue 14: the gateway's own CPU per turn (PostgreSQL's server processes not counted)
@@ -311,6 +317,20 @@ def print_table(figures: dict[str, Any]) -> None:
         ("server CPU per channel turn, in memory", "channel_volatile_cpu_us", "{:.0f} µs"),
         ("server CPU per /chat turn beside it, x8", "chat_cpu_us_beside_channel", "{:.0f} µs"),
         ("  channel turn (durable) / /chat turn", "channel_vs_chat_cpu", "{:.2f}"),
+        ("Slack channel path x8 (Events API)", "slack_turns_per_s", "{:.0f} turns/s"),
+        ("Slack channel p50", "slack_p50_ms", "{:.2f} ms"),
+        ("server CPU per Slack turn", "slack_cpu_us", "{:.0f} µs"),
+        ("server CPU per /chat turn beside it, x8", "chat_cpu_us_beside_slack", "{:.0f} µs"),
+        ("  Slack turn / /chat turn", "slack_vs_chat_cpu", "{:.2f}"),
+        ("  Slack path FAILED (see stderr)", "slack_failed", "{:.0f}"),
+        ("Discord channel path x8 (Gateway events)", "discord_turns_per_s",
+         "{:.0f} turns/s"),
+        ("Discord channel p50", "discord_p50_ms", "{:.2f} ms"),
+        ("server CPU per Discord turn", "discord_cpu_us", "{:.0f} µs"),
+        ("server CPU per /chat turn beside it, x8", "chat_cpu_us_beside_discord",
+         "{:.0f} µs"),
+        ("  Discord turn / /chat turn", "discord_vs_chat_cpu", "{:.2f}"),
+        ("  Discord path FAILED (see stderr)", "discord_failed", "{:.0f}"),
         ("streaming: first piece to first draft", "streaming_first_preview_ms", "{:.0f} ms"),
         ("server CPU per turn, streaming on", "streaming_cpu_on_us", "{:.0f} µs"),
         ("server CPU per turn, streaming off", "streaming_cpu_off_us", "{:.0f} µs"),
@@ -372,8 +392,8 @@ def print_table(figures: dict[str, Any]) -> None:
 
 
 SECTIONS = ("headline", "conversations", "threadlist", "growth", "assembly", "sessions", "memory",
-            "cold start", "channel", "streaming", "dashboard", "openai-compatible", "webhooks",
-            "browser")
+            "cold start", "channel", "slack", "discord", "streaming", "dashboard",
+            "openai-compatible", "webhooks", "browser")
 
 
 async def run(quick: bool, against: str | None,
@@ -418,6 +438,8 @@ async def run(quick: bool, against: str | None,
         await section("cold start", lambda: run_sync(
             lambda: {"cold_start_s": cold_start(tmp, 3 if quick else 5)}))
         await section("channel", lambda: channel.run(quick, tmp))
+        await section("slack", lambda: channels_more.run_slack(quick, tmp))
+        await section("discord", lambda: channels_more.run_discord(quick, tmp))
         await section("streaming", lambda: streaming.run(quick, tmp))
         await section("dashboard", lambda: dashboard.run(quick, tmp))
         await section("openai-compatible", lambda: openai_compat.run(quick, tmp))
