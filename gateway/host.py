@@ -193,6 +193,13 @@ class PluginHost(Protocol):
         :raises gateway.Unavailable: the gateway stopped meanwhile.
         """
 
+    async def play(self, role: str, work: Callable[[Leadership], Awaitable[bool]]) -> None:
+        """Play ``role`` as the one process that does, for as long as the gateway runs: wait
+        to lead it (:meth:`lead`), run ``work(leadership)`` while held, release it, and ask
+        again when the leadership was lost (``work`` returned True: a database connection
+        dropped). Returns when ``work`` returns False (the role's work ended for good) or the
+        gateway stops."""
+
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the gateway begins to stop."""
 

@@ -13,6 +13,7 @@ from gateway import (
     Command,
     CommandContext,
     Forbidden,
+    Leadership,
     NotFound,
     OutboundMessage,
     PluginHost,
@@ -238,3 +239,18 @@ async def test_saved_logins_reach_only_tools_that_declare_they_fill_them(
     response = await harness.chat(auth, "log me in")
     assert response.status == 200, await response.text()
     assert seen == {"filler": ("example.com",), "reader": ()}
+
+
+async def test_play_holds_a_role_asks_again_when_lost_and_ends_with_its_work(
+        start_gateway: StartGateway, loop: LoopChannel) -> None:
+    await start_gateway()
+    rounds = 0
+
+    async def work(leadership: Leadership) -> bool:
+        nonlocal rounds
+        assert await leadership.alive()
+        rounds += 1
+        return rounds < 2  # the first round lost the role; the second ended its work
+
+    await host_of(loop).play("test-role", work)
+    assert rounds == 2

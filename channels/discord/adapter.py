@@ -279,19 +279,11 @@ class DiscordChannel(Channel):
     async def _hold_gateway(self) -> None:
         """Sync the commands and hold the websocket, as the one process that does; another
         takes over when this one dies."""
-        while True:
-            try:
-                leadership = await self.host.lead(GATEWAY_ROLE)
-            except Unavailable:
-                return  # stopping
-            try:
-                log.info("discord: this process holds the Gateway connection")
-                await self._sync_commands()
-                if not await self._connect_while(leadership):
-                    return
-            finally:
-                await leadership.release()
-            log.warning("discord: lost the Gateway role (database connection); asking again")
+        async def connect(leadership: Leadership) -> bool:
+            log.info("discord: this process holds the Gateway connection")
+            await self._sync_commands()
+            return await self._connect_while(leadership)
+        await self.host.play(GATEWAY_ROLE, connect)
 
     async def _connect_while(self, leadership: Leadership) -> bool:
         """Stay connected while this process holds the role; False when the connection ended

@@ -326,19 +326,11 @@ class TelegramChannel(Channel):
         database): another takes over when this one dies. The offset that tells Telegram to
         forget an update is sent only after the update was committed to the inbox: a crash
         loses nothing."""
-        while True:
-            try:
-                leadership = await self.host.lead(POLLING_ROLE)
-            except Unavailable:
-                return  # stopping
-            try:
-                log.info("telegram: this process long-polls the Bot API")
-                await bot.delete_webhook()  # getUpdates is refused while a webhook is set
-                if not await self._poll_while(bot, leadership):
-                    return
-            finally:
-                await leadership.release()
-            log.warning("telegram: lost the polling role (database connection); asking again")
+        async def poll(leadership: Leadership) -> bool:
+            log.info("telegram: this process long-polls the Bot API")
+            await bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            return await self._poll_while(bot, leadership)
+        await self.host.play(POLLING_ROLE, poll)
 
     async def _poll_while(self, bot: Bot, leadership: Leadership) -> bool:
         """Poll while this process holds the role; False when the gateway stops."""

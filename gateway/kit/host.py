@@ -12,12 +12,12 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.base.errors import BadRequest, Forbidden, NotFound
+from gateway.base.errors import BadRequest, Forbidden, NotFound, Unavailable
 from gateway.host import OutboundMessage, PinnedMemory
 from gateway.store import InboxEntry, Store, ThreadRef, User
 
@@ -209,6 +209,20 @@ class Host:
     async def lead(self, role: str) -> Leadership:
         """Wait until this process plays ``role``."""
         return await self._gateway.lead(role)
+
+    async def play(self, role: str, work: Callable[[Leadership], Awaitable[bool]]) -> None:
+        """Play ``role`` while the gateway runs (see :class:`gateway.PluginHost`)."""
+        while True:
+            try:
+                leadership = await self._gateway.lead(role)
+            except Unavailable:
+                return  # stopping
+            try:
+                if not await work(leadership):
+                    return
+            finally:
+                await leadership.release()
+            self._log.warning("lost the %s role (database connection); asking again", role)
 
     async def pause(self, seconds: float) -> None:
         """Sleep, or less if the gateway begins to stop."""
