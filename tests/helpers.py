@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,23 @@ def require_chromium() -> Any:
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium); browser tests "
                     "skipped", allow_module_level=True)
     return pytest.importorskip("playwright.async_api")
+
+
+@contextmanager
+def unanswered_port() -> Iterator[int]:
+    """A port whose connections are never made: a listener that never accepts, its backlog
+    filled."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(4)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                with suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+            yield port
+        finally:
+            for filler in fillers:
+                filler.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -45,11 +44,9 @@ def committed(data_dir: Path) -> int:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    server = FakeDiscord()
-    await server.start()
-    yield server
-    await server.close()
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    """The kit's fake Discord (``cloudybot_fake_discord``)."""
+    return fake_discord
 
 
 def replies(fake: FakeDiscord) -> list[tuple[str, str]]:

@@ -4,7 +4,6 @@ logs in, identifies, gets READY and the test guild, receives a message and answe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import discord
 import pytest
@@ -21,11 +20,9 @@ from gateway.testing.discord import (
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    server = FakeDiscord()
-    await server.start()
-    yield server
-    await server.close()
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    """The kit's fake Discord (``cloudybot_fake_discord``)."""
+    return fake_discord
 
 
 class EchoClient(discord.Client):

@@ -8,7 +8,6 @@ with sleeps.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import ipaddress
 import json
@@ -36,6 +35,7 @@ from gateway.net.http_client import (
     Limits,
     ResponseTooLarge,
 )
+from tests.helpers import unanswered_port
 
 MakeClient = Callable[..., HTTPClient]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -652,27 +652,14 @@ async def test_an_unreachable_server_is_connection_failed(make_client: MakeClien
 
 async def test_a_connection_not_made_within_connect_timeout_fails_at_once(
         make_client: MakeClient) -> None:
-    # A listening socket that never accepts, its backlog filled: connecting to it hangs.
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        fillers = [socket.socket() for _ in range(4)]
-        try:
-            for filler in fillers:
-                filler.setblocking(False)
-                with contextlib.suppress(BlockingIOError):
-                    filler.connect(("127.0.0.1", port))
-            client = make_client(f"http://127.0.0.1:{port}/v1", connecting=Connecting(timeout=0.2))
-            started = asyncio.get_running_loop().time()
-            with pytest.raises(ConnectionFailed, match=r"no connection within 0\.2 s") as failure:
-                async with client.post("/x", BODY):
-                    pass
-            assert isinstance(failure.value.__cause__, TimeoutError)
-            assert asyncio.get_running_loop().time() - started < 2
-        finally:
-            for filler in fillers:
-                filler.close()
+    with unanswered_port() as port:
+        client = make_client(f"http://127.0.0.1:{port}/v1", connecting=Connecting(timeout=0.2))
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ConnectionFailed, match=r"no connection within 0\.2 s") as failure:
+            async with client.post("/x", BODY):
+                pass
+        assert isinstance(failure.value.__cause__, TimeoutError)
+        assert asyncio.get_running_loop().time() - started < 2
 
 
 # --- timeouts and cancellation ------------------------------------------------------------------

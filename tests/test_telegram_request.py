@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from channels.telegram.adapter import TelegramChannel, retry_after_seconds
 from channels.telegram.request import GatewayRequest, bot_api_requests
 from gateway.testing.telegram import TOKEN, FakeTelegramChats, loads_param, sent_entities
 from tests.conftest import Harness
-from tests.helpers import until
+from tests.helpers import unanswered_port, until
 
 CHAT = 777000111
 
@@ -59,24 +59,6 @@ async def bot_on(base_url: str, request: Any = None, **options: Any) -> AsyncIte
         await bot.shutdown()
 
 
-@contextlib.contextmanager
-def unanswered_port() -> Iterator[int]:
-    """A port whose connections are never made: a listener that never accepts, its backlog
-    filled."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        fillers = [socket.socket() for _ in range(4)]
-        try:
-            for filler in fillers:
-                filler.setblocking(False)
-                with contextlib.suppress(BlockingIOError):
-                    filler.connect(("127.0.0.1", port))
-            yield port
-        finally:
-            for filler in fillers:
-                filler.close()
 
 
 async def send_rich(bot: Bot) -> None:
