@@ -12,7 +12,8 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
@@ -145,14 +146,11 @@ class Host:
         """The gateway's clock."""
         return self._gateway.clock()
 
-    def _own(self, channel: str, conversation: str) -> None:
-        """Refuse a channel this plugin did not register, or a conversation not of it (the
-        first refusal of each kind is logged, naming the plugin)."""
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """Let a refusal (403) through, logging the first of each kind, naming the plugin."""
         try:
-            if self._gateway.channel_owner(channel) != self._name:
-                raise Forbidden(f"plugin {self._name!r} has no channel named {channel[:40]!r}",
-                                code="not_your_channel")
-            check_keys(self._gateway.channels, channel, conversation)
+            yield
         except Forbidden as refusal:
             if refusal.code not in self._refused:
                 self._refused.add(refusal.code)
@@ -160,24 +158,34 @@ class Host:
                             refusal.message)
             raise
 
-    def _channel_of(self, conversation: str) -> str:
-        channel, _, _ = conversation.partition(":")
-        self._own(channel, conversation)
-        return channel
+    def _own(self, channel: str) -> None:
+        """Refuse a channel this plugin did not register."""
+        if self._gateway.channel_owner(channel) != self._name:
+            raise Forbidden(f"plugin {self._name!r} has no channel named {channel[:40]!r}",
+                            code="not_your_channel")
+
+    def _check(self, channel: str, conversation: str) -> None:
+        """Refuse a channel this plugin did not register, or a conversation not of it."""
+        self._own(channel)
+        check_keys(self._gateway.channels, channel, conversation)
 
     async def receive(self, message: InboundMessage) -> bool:
-        """Take a message of one of the plugin's channels (see :class:`gateway.PluginHost`)."""
-        self._own(message.channel, message.conversation)
-        return await self._gateway.receive(message)
+        """Take a message of one of the plugin's channels (see :class:`gateway.PluginHost`);
+        the gateway's intake checks its keys."""
+        with self._refusals():
+            self._own(message.channel)
+            return await self._gateway.receive(message)
 
     async def answer_now(self, message: InboundMessage) -> str | None:
         """Run a command of one of the plugin's channels at once; its answer."""
-        self._own(message.channel, message.conversation)
-        return await self._gateway.answer_now(message)
+        with self._refusals():
+            self._own(message.channel)
+            return await self._gateway.answer_now(message)
 
     async def send(self, message: OutboundMessage) -> None:
         """Commit a message of the plugin's own to the outbox; its channel delivers it."""
-        self._own(message.channel, message.conversation)
+        with self._refusals():
+            self._check(message.channel, message.conversation)
         if not isinstance(message.text, str) or not message.text.strip():
             raise BadRequest("an outbound message needs text", code="empty_message")
         entry = InboxEntry(message.channel, f"out-{uuid.uuid4().hex}", message.conversation,
@@ -186,7 +194,8 @@ class Host:
 
     async def pinned(self, conversation: str) -> PinnedMemory:
         """The pinned memory of one of the plugin's conversations."""
-        self._channel_of(conversation)
+        with self._refusals():
+            self._check(conversation.partition(":")[0], conversation)
         thread = await self._gateway.store.get_thread(conversation)
         if thread is None:
             raise NotFound(f"no conversation {conversation[:80]!r} yet",
