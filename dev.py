@@ -3,13 +3,20 @@
 
     python3 dev.py serve [cloudybot serve options]   # install into .venv, run the gateway
     python3 dev.py test  [pytest options]            # install with test extras, ruff, mypy,
-                                                     # pytest, the example plugins' tests and
-                                                     # a quick benchmark run (reports only)
+                                                     # pytest on SQLite, then again on
+                                                     # PostgreSQL, the example plugins' tests
+                                                     # and a quick benchmark run (reports only)
     python3 dev.py screenshot                        # docs/dashboard.png, the README's picture
 
-The dashboard's browser tests need Chromium at /usr/bin/chromium: ``test`` installs Debian's
-``chromium`` package when it is missing and this runs as root (as CI does); otherwise those
-tests skip, saying so.
+The dashboard's browser tests need Chromium at /usr/bin/chromium, the completion tests zsh and
+fish: ``test`` installs those Debian packages when they are missing and this runs as root (as
+CI does); otherwise those tests skip, saying so.
+
+The second pytest run sets ``CLOUDYBOT_TEST_BACKEND=postgresql``: every test of a gateway runs
+again with its store on the machine's PostgreSQL (``CLOUDYBOT_TEST_DATABASE_URL``, default
+``postgresql://postgres@127.0.0.1:5432/postgres``), in a database made for the run and dropped
+after; the tests that never open a store are not run twice. Where no PostgreSQL answers, those
+tests skip saying so (under ``CI=true`` they fail instead).
 
 The virtual environment lives in ``.venv`` and is reinstalled only when ``pyproject.toml``
 changes (a stamp file records the hash it was installed from).
@@ -63,18 +70,23 @@ def _install_example(folder: Path) -> None:
     stamp.touch()
 
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian packages some tests need, by the program each installs: Chromium for the browser and
+# dashboard tests, zsh and fish for the shell-completion tests.
+TEST_PACKAGES = {"chromium": Path("/usr/bin/chromium"), "zsh": Path("/usr/bin/zsh"),
+                 "fish": Path("/usr/bin/fish")}
 
 
-def _ensure_chromium() -> None:
-    """Install Debian's chromium for the browser tests when it is missing and we may."""
-    if CHROMIUM.exists() or not hasattr(os, "geteuid") or os.geteuid() != 0 \
+def _ensure_test_packages() -> None:
+    """Install the Debian packages the tests need that are missing, when we may (as root with
+    apt-get, as CI runs); otherwise their tests skip, saying so."""
+    missing = [name for name, program in TEST_PACKAGES.items() if not program.exists()]
+    if not missing or not hasattr(os, "geteuid") or os.geteuid() != 0 \
             or not Path("/usr/bin/apt-get").exists():
         return
-    print("dev.py: installing Debian's chromium for the dashboard's browser tests", flush=True)
+    print(f"dev.py: installing Debian's {', '.join(missing)} for the tests", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=env,
+    subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, env=env,
                    stdout=subprocess.DEVNULL)
 
 
@@ -82,8 +94,8 @@ def _run(argv: list[str]) -> int:
     return _run_in(ROOT, argv)
 
 
-def _run_in(folder: Path, argv: list[str]) -> int:
-    return subprocess.run(argv, cwd=folder).returncode
+def _run_in(folder: Path, argv: list[str], env: dict[str, str] | None = None) -> int:
+    return subprocess.run(argv, cwd=folder, env={**os.environ, **(env or {})}).returncode
 
 
 # pytest options that choose which tests run, and options that take a value (a value is not a
@@ -124,11 +136,11 @@ def main(args: list[str]) -> int:
         os.execv(BIN / "cloudybot", ["cloudybot", "serve", *rest])
     if command == "screenshot":
         _install("test")
-        _ensure_chromium()
+        _ensure_test_packages()
         return _run([str(PYTHON), str(ROOT / "docs" / "screenshot.py"), *rest])
     if command == "test":
         _install("test")
-        _ensure_chromium()
+        _ensure_test_packages()
         examples = sorted(p.parent for p in (ROOT / "examples").glob("*/pyproject.toml"))
         for example in examples:
             _install_example(example)
@@ -136,6 +148,9 @@ def main(args: list[str]) -> int:
                      "examples", "bench"])
         types = _run([str(BIN / "mypy"), "gateway", "channels", "plugins"])
         tests = _run([str(PYTHON), "-m", "pytest", *rest])
+        print("dev.py: the suite again, its stores on PostgreSQL", flush=True)
+        on_postgres = _run_in(ROOT, [str(PYTHON), "-m", "pytest", *rest],
+                              {"CLOUDYBOT_TEST_BACKEND": "postgresql"})
         everything = not _selects_tests(rest)
         if not everything:
             print("dev.py: only some tests were asked for: the example plugins' suites and the "
@@ -146,8 +161,8 @@ def main(args: list[str]) -> int:
                          for example in examples] if everything else []
         # The benchmark's smoke run: it reports figures and fails only if it cannot run.
         bench = _run([str(PYTHON), "-m", "bench", "--quick"]) if everything else 0
-        return (lint or types or tests or next((rc for rc in example_tests if rc), 0)
-                or bench)
+        return (lint or types or tests or on_postgres
+                or next((rc for rc in example_tests if rc), 0) or bench)
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -4,14 +4,15 @@ Every figure comes from this machine in this run; every goal is a bound or a rat
 client, the fake LLM and the gateway share this machine's cores, so the headline is the
 gateway's CPU per turn read from its own process counters, not throughput:
 
-1. headline (bench/cpu.py): server CPU per turn at 1 and 8 concurrent conversations of
+1. headline (bench/cpu.py): server CPU per turn at 1, 8 and 32 concurrent conversations of
    ``cloudybot serve`` as users run it, with the OpenAI-compatible fake LLM in its own process;
    beside it the same ``serve`` at a reference commit (``--against``; the goals are ratios to
    it), ``serve`` with an in-process provider (no provider HTTP) and an app doing only a
    turn's irreducible I/O (a floor); windows of >= 5 s or 5,000 turns, rounds interleaved,
    median and spread;
 2. active conversations (bench/conversations.py): CPU per turn with 100 vs 2,000 vs 10,000
-   conversations in use, each with a ~150 KB session file;
+   conversations in use, each with a ~150 KB session file; and (bench/cold_conversations.py)
+   the first turn of conversations used over weeks, after a restart, vs hot ones;
 3. the thread list (bench/threadlist.py): ``GET /api/threads`` pages for a user with 40,000
    threads, and chat p99 while the list is read once a second;
 4. growth: per-turn latency with 10 vs 10,000 display messages (4 KB each), 0 vs 50 pinned keys;
@@ -32,9 +33,20 @@ gateway's CPU per turn read from its own process counters, not throughput:
     ``POST /v1/chat/completions`` vs ``POST /chat`` on the same server, windows interleaved;
 13. webhooks (bench/webhooks.py): ``/chat`` throughput at x8 with three endpoints subscribed
     (fast, slow, dead) vs none, two servers, windows interleaved;
-14. the browser tool (bench/browser.py): Chromium's launch, a context's start, each action
+14. scheduled jobs (bench/scheduling.py): how long after its due time each of 1,000 runs due
+    in one minute is committed (p99 <= 1 s), and an idle scheduler's CPU and store reads;
+15. the browser tool (bench/browser.py): Chromium's launch, a context's start, each action
     through the tool vs the same Playwright call, memory per open context; server CPU per
-    turn with the browser plugin on (unused) vs off.
+    turn with the browser plugin on (unused) vs off;
+16. MCP servers' tools (bench/mcp.py): reconnects and ``tools/list`` calls across 100 tool
+    turns on a healthy server, a warm call through the gateway vs the SDK directly (p50), a
+    turn without MCP tools with a server configured vs none;
+17. tracing (bench/tracing.py): server CPU per ``/chat`` turn at x8 with tracing on (spans
+    batched to a dropping exporter: the gateway's own cost; and exported over OTLP/HTTP to a
+    loopback receiver: the exporter's encoding too) vs tracing off, windows interleaved;
+18. the admin's usage report (bench/admin_usage.py): 10,000 accounts and 1,000,000 ledger
+    rows over a year, the last 30 days by model, by user and by channel per hour, median
+    of 15 runs (<= 100 ms); on PostgreSQL too with ``--backend postgresql``.
 
 ``--soak`` runs only the soak (bench/soak.py): 20,000 turns over 500 threads, RSS, open
 descriptors and p99 per 1,000-turn window.
@@ -60,32 +72,42 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    admin_usage,
     assembly,
     browser,
     channel,
     channels_more,
+    cold_conversations,
     conversations,
     cpu,
     dashboard,
     growth,
+    mcp,
     openai_compat,
     postgres,
     scaleout,
+    scheduling,
     sessions,
     soak,
     streaming,
     threadlist,
+    tracing,
     webhooks,
 )
 from bench.load import add_user, drive, free_port, gateway_env, start_gateway, start_server
-from bench.reference import REFERENCE
+from bench.reference import FIRST_WAVE, REFERENCE
 
 TARGETS = {
     # Issue 17 asked for 640 -> 450 µs at x8 and 890 -> 600 µs at x1 on its machine: the
     # same cuts, as ratios to the reference commit run side by side (judged against it only).
     "cpu_vs_reference_8": ("<=", 0.70),
     "cpu_vs_reference_1": ("<=", 0.67),
+    # Issue 33: the same cuts from the first wave's end, at x32 too (judged against it only).
+    "cpu_vs_first_wave_1": ("<=", 0.67),
+    "cpu_vs_first_wave_8": ("<=", 0.70),
+    "cpu_vs_first_wave_32": ("<=", 0.70),
     "active_conversations_ratio": ("<=", 1.15),
+    "cold_vs_hot_cpu": ("<=", 1.25),
     "threads_page_ms_p99": ("<=", 10.0),
     "threads_deep_page_ratio": ("<=", 1.5),
     "threads_listing_p99_ratio": ("<=", 1.5),
@@ -100,6 +122,7 @@ TARGETS = {
     "channel_vs_chat_cpu": ("<=", 1.5),
     # Slack and Discord: a channel turn vs a /chat turn on the same server
     "slack_vs_chat_cpu": ("<=", 1.5),
+    "mrkdwn_3900_ms": ("<=", 2.0),
     "discord_vs_chat_cpu": ("<=", 1.5),
     "streaming_cpu_ratio": ("<=", 1.3),
     # issue 11: streaming over HTTP and the dashboard's thread view
@@ -110,8 +133,17 @@ TARGETS = {
     # issue 12: the OpenAI-compatible endpoint costs about what /chat costs
     "v1_vs_chat_cpu": ("<=", 1.1),
     "webhooks_throughput_ratio": (">=", 0.95),
+    "jobs_start_p99_ms": ("<=", 1000.0),
+    "jobs_idle_store_reads": ("<=", 0),
     # A turn that does not use the browser must not pay for it (its hint, its schema).
     "browser_turn_cpu_ratio": ("<=", 1.05),
+    # issue 30: MCP sessions kept across turns, a thin call path, nothing for others' turns
+    "mcp_100_turns_reconnects": ("<=", 0),
+    "mcp_100_turns_tools_list": ("<=", 0),
+    "mcp_call_overhead_ms": ("<=", 3.0),
+    "mcp_turn_cpu_ratio": ("<=", 1.05),
+    # issue 32: tracing on (every span recorded and batched) vs off
+    "tracing_cpu_ratio": ("<=", 1.10),
     "soak_rss_growth": ("<=", 0.10),
     "soak_p99_trend": ("<=", 1.25),
     "soak_fds_growth": ("<=", 0),
@@ -119,6 +151,9 @@ TARGETS = {
     "sse_first_delta_p50_ms": ("<=", 2.0),
     "sse_cpu_ratio": ("<=", 1.2),
     "thread_view_10000_ms": ("<=", 100.0),
+    # issue 32: the admin's usage view with 10,000 accounts and 1,000,000 ledger rows
+    "admin_usage_ms": ("<=", 100.0),
+    "admin_usage_pg_ms": ("<=", 100.0),
     "thread_view_ratio": ("<=", 1.25),
 }
 
@@ -178,6 +213,8 @@ def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
             continue
         if name.startswith("cpu_vs_reference_") and figures.get("reference") != REFERENCE:
             continue  # the goals are cuts from that commit, not from any other
+        if name.startswith("cpu_vs_first_wave_") and figures.get("first_wave") != FIRST_WAVE:
+            continue
         results[name] = value >= bound if op == ">=" else value <= bound if op == "<=" \
             else value < bound
     return results
@@ -234,14 +271,20 @@ def print_table(figures: dict[str, Any]) -> None:
     _load_rows(figures, f"server CPU per /chat turn ({rounds} rounds)", [
         (f"{cpu.LABELS[name]} x{concurrency}", f"{name}_{concurrency}")
         for concurrency in cpu.CONCURRENCIES for name in cpu.LABELS])
-    if figures.get("reference"):
-        print(f"reference: cloudybot serve at commit {figures['reference']}, set up alike "
-              "and measured in the same rounds")
+    if figures.get("reference") or figures.get("first_wave"):
+        print(f"references: cloudybot serve at commits {figures.get('reference')} and (the "
+              f"first wave's end) {figures.get('first_wave')}, set up alike and measured in "
+              "the same rounds")
     _value_rows(figures, [
         ("gateway CPU per turn, x1 (headline)", "cpu_us_per_turn_1", "{:.0f} µs"),
         ("gateway CPU per turn, x8 (headline)", "cpu_us_per_turn_8", "{:.0f} µs"),
+        ("gateway CPU per turn, x32", "cpu_us_per_turn_32", "{:.0f} µs"),
         ("  / the reference commit, x1", "cpu_vs_reference_1", "{:.2f}"),
         ("  / the reference commit, x8", "cpu_vs_reference_8", "{:.2f}"),
+        ("  / the reference commit, x32", "cpu_vs_reference_32", "{:.2f}"),
+        ("  / the first wave's end, x1", "cpu_vs_first_wave_1", "{:.2f}"),
+        ("  / the first wave's end, x8", "cpu_vs_first_wave_8", "{:.2f}"),
+        ("  / the first wave's end, x32", "cpu_vs_first_wave_32", "{:.2f}"),
         ("  over the I/O-only floor, x1 (no target)", "cpu_over_baseline_1", "{:.2f}x"),
         ("  over the I/O-only floor, x8 (no target)", "cpu_over_baseline_8", "{:.2f}x"),
         ("on PostgreSQL / on SQLite, x1", "postgresql_vs_sqlite_1", "{:.2f}"),
@@ -262,6 +305,13 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  session file sizes during the run", "conversations_file_kb_max",
          f"{figures.get('conversations_file_kb_min', 0):.0f}-{{:.0f}} KB"),
         ("  session rotations during the run", "conversations_rotations", "{:.0f}"),
+    ], results)
+    _load_rows(figures, f"after a restart, x8, "
+               f"{figures.get('cold_conversations_file_kb', 0):.0f} KB session files", [
+                   ("100 hot conversations", "cold_conversations_hot"),
+                   ("first turns after the restart", "cold_conversations_cold")])
+    _value_rows(figures, [
+        ("  first turn / hot (CPU per turn)", "cold_vs_hot_cpu", "{:.2f}"),
     ], results)
 
     print(f"\nGET /api/threads, a user with {figures.get('threads_listed', 0):,} threads "
@@ -323,6 +373,7 @@ def print_table(figures: dict[str, Any]) -> None:
         ("server CPU per /chat turn beside it, x8", "chat_cpu_us_beside_slack", "{:.0f} µs"),
         ("  Slack turn / /chat turn", "slack_vs_chat_cpu", "{:.2f}"),
         ("  Slack path FAILED (see stderr)", "slack_failed", "{:.0f}"),
+        ("Slack mrkdwn conversion, 3,900-character chunk", "mrkdwn_3900_ms", "{:.2f} ms"),
         ("Discord channel path x8 (Gateway events)", "discord_turns_per_s",
          "{:.0f} turns/s"),
         ("Discord channel p50", "discord_p50_ms", "{:.2f} ms"),
@@ -364,6 +415,15 @@ def print_table(figures: dict[str, Any]) -> None:
         ("  machine's cores busy, no webhooks", "webhooks_none_busy", "{:.0%}"),
         ("  machine's cores busy, 3 webhooks", "webhooks_three_busy", "{:.0%}"),
     ], results)
+    print(f"\nscheduled jobs: {figures.get('jobs_due', 0):.0f} due over "
+          f"{figures.get('jobs_spread_s', 0):.0f} s (SQLite, in-process)")
+    _value_rows(figures, [
+        ("a run committed after its due time, p50", "jobs_start_p50_ms", "{:.1f} ms"),
+        ("  p99", "jobs_start_p99_ms", "{:.1f} ms"),
+        ("  worst", "jobs_start_max_ms", "{:.1f} ms"),
+        ("idle (all due in an hour): process CPU", "jobs_idle_cpu_ms_per_s", "{:.2f} ms/s"),
+        ("  the scheduler's store reads meanwhile", "jobs_idle_store_reads", "{:.0f}"),
+    ], results)
     print(f"\nbrowser tool, {figures.get('browser_contexts_measured', 0):.0f} contexts "
           "(headless Chromium, a 200-row page on loopback)")
     _value_rows(figures, [
@@ -385,20 +445,54 @@ def print_table(figures: dict[str, Any]) -> None:
         ("in-process turn CPU, browser plugin on", "browser_on_inprocess_us", "{:.0f} µs"),
         ("  on / off (no target: the gateway alone)", "browser_inprocess_ratio", "{:.2f}"),
     ], results)
+    print("\nMCP servers' tools (the fake MCP server over stdio, in-process gateway)")
+    _value_rows(figures, [
+        ("tool turns on a healthy server", "mcp_100_turns_calls", "{:.0f}"),
+        ("  reconnects after the first turn", "mcp_100_turns_reconnects", "{:.0f}"),
+        ("  tools/list after the first turn", "mcp_100_turns_tools_list", "{:.0f}"),
+        ("warm call through the gateway, p50", "mcp_call_gateway_p50_ms", "{:.2f} ms"),
+        ("  the same call with the SDK, p50", "mcp_call_sdk_p50_ms", "{:.2f} ms"),
+        ("  the gateway's overhead", "mcp_call_overhead_ms", "{:.2f} ms"),
+        ("turn CPU, no MCP server", "mcp_off_turn_cpu_us", "{:.0f} µs"),
+        ("turn CPU, a server the user may not use", "mcp_on_turn_cpu_us", "{:.0f} µs"),
+        ("  on / off", "mcp_turn_cpu_ratio", "{:.2f}"),
+    ], results)
+    print("\ntracing (/chat x8, every span of every turn)")
+    _value_rows(figures, [
+        ("server CPU per turn, tracing off", "tracing_off_cpu_us", "{:.0f} µs"),
+        ("server CPU per turn, on (batched, dropped)", "tracing_local_cpu_us", "{:.0f} µs"),
+        ("  on / off", "tracing_cpu_ratio", "{:.2f}"),
+        ("server CPU per turn, on (OTLP/HTTP, loopback)", "tracing_otlp_cpu_us", "{:.0f} µs"),
+        ("  OTLP / off (no target: the exporter's)", "tracing_otlp_cpu_ratio", "{:.2f}"),
+        ("  exported per turn (protobuf)", "tracing_exported_bytes_per_turn", "{:.0f} B"),
+        ("  exports (batches)", "tracing_exports", "{:.0f}"),
+    ], results)
+    print(f"\nthe admin's usage report: {figures.get('admin_usage_users', 0):,.0f} accounts, "
+          f"{figures.get('admin_usage_rows', 0):,.0f} ledger rows over "
+          f"{figures.get('admin_usage_days', 0):.0f} days, the last 30 days (median of runs)")
+    _value_rows(figures, [
+        ("by model, per day (the default view)", "admin_usage_model_day_ms", "{:.1f} ms"),
+        ("by user, per day", "admin_usage_user_day_ms", "{:.1f} ms"),
+        ("by channel, per hour", "admin_usage_channel_hour_ms", "{:.1f} ms"),
+        ("  the slowest, SQLite", "admin_usage_ms", "{:.1f} ms"),
+        ("  the slowest, PostgreSQL", "admin_usage_pg_ms", "{:.1f} ms"),
+    ], results)
     print(f"\nsections took {figures.get('total_s', 0):.0f} s: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in figures.get("section_s", {}).items()))
     if quick:
         print("QUICK RUN: indicative figures only.")
 
 
-SECTIONS = ("headline", "conversations", "threadlist", "growth", "assembly", "sessions", "memory",
-            "cold start", "channel", "slack", "discord", "streaming", "dashboard",
-            "openai-compatible", "webhooks", "browser")
+SECTIONS = ("headline", "conversations", "cold conversations", "threadlist", "growth",
+            "assembly", "sessions", "memory", "cold start", "channel", "slack", "discord",
+            "streaming", "dashboard", "openai-compatible", "webhooks", "scheduling", "browser",
+            "mcp", "tracing", "admin usage")
 
 
 async def run(quick: bool, against: str | None,
               postgres_server: str | None = None,
-              only: frozenset[str] | None = None) -> dict[str, Any]:
+              only: frozenset[str] | None = None,
+              first_wave: str | None = None) -> dict[str, Any]:
     """Every section (or those named in ``only``), in one run; each section's duration is
     reported on stderr."""
     figures: dict[str, Any] = {"quick": quick, "machine": platform.machine(),
@@ -424,12 +518,15 @@ async def run(quick: bool, against: str | None,
             return work()
 
         if postgres_server is None:
-            await section("headline", lambda: cpu.run(quick, tmp, against))
+            await section("headline", lambda: cpu.run(quick, tmp, against,
+                                                      first_wave=first_wave))
         else:
             async with postgres.fresh_database(postgres_server) as url:
-                await section("headline", lambda: cpu.run(quick, tmp, against, url))
+                await section("headline", lambda: cpu.run(quick, tmp, against, url,
+                                                          first_wave))
             await section("scale-out", lambda: scaleout.run(quick, tmp, postgres_server))
         await section("conversations", lambda: conversations.run(quick, tmp))
+        await section("cold conversations", lambda: cold_conversations.run(quick, tmp))
         await section("threadlist", lambda: threadlist.run(quick, tmp))
         await section("growth", lambda: growth.run(quick, tmp))
         await section("assembly", lambda: assembly.run(quick, tmp))
@@ -444,7 +541,14 @@ async def run(quick: bool, against: str | None,
         await section("dashboard", lambda: dashboard.run(quick, tmp))
         await section("openai-compatible", lambda: openai_compat.run(quick, tmp))
         await section("webhooks", lambda: webhooks.run(quick, tmp))
+        await section("scheduling", lambda: scheduling.run(quick, tmp))
         await section("browser", lambda: browser.run(quick, tmp))
+        await section("mcp", lambda: mcp.run(quick, tmp))
+        await section("tracing", lambda: tracing.run(quick, tmp))
+        await section("admin usage", lambda: admin_usage.run_sqlite(quick, tmp))
+        if postgres_server is not None:
+            await section("admin usage", lambda: admin_usage.run_postgres(quick,
+                                                                          postgres_server))
     figures["section_s"] = durations
     figures["total_s"] = time.perf_counter() - started
     return figures
@@ -491,6 +595,9 @@ def main() -> int:
     parser.add_argument("--against", metavar="REV", default=REFERENCE,
                         help="the commit whose serve runs beside today's in the headline "
                              f"(default {REFERENCE}, the goals' reference; 'none': no reference)")
+    parser.add_argument("--first-wave", metavar="REV", default=FIRST_WAVE,
+                        help="a second reference commit beside --against (default "
+                             f"{FIRST_WAVE}, the first wave's end; 'none': not run)")
     parser.add_argument("--only", metavar="SECTIONS",
                         help="run only these sections, comma-separated: " + ", ".join(SECTIONS))
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite",
@@ -510,7 +617,7 @@ def main() -> int:
                          f"; the sections are {', '.join(SECTIONS)}")
     figures = asyncio.run(run(args.quick, None if args.against == "none" else args.against,
                               args.database_url if args.backend == "postgresql" else None,
-                              only))
+                              only, None if args.first_wave == "none" else args.first_wave))
     print_table(figures)
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "targets": verdicts(figures)},

@@ -182,10 +182,22 @@ async def turn_in_process(quick: bool, tmp: Path) -> dict[str, Any]:
     rounds, turns = (2, 100) if quick else (8, 300)
     gateways = {name: await _turn_gateway(tmp / f"browser-turns-{name}", name == "on")
                 for name in ("off", "on")}
+    if "browser" not in gateways["on"].tools:
+        for gateway in gateways.values():
+            await gateway.stop()
+        return {}  # no Playwright or Chromium here: nothing to compare
+    cpu = await interleaved_turn_cpu(gateways, rounds, turns)
+    off, on = cpu["off"], cpu["on"]
+    return {"browser_off_inprocess_us": off, "browser_on_inprocess_us": on,
+            "browser_inprocess_ratio": on / off if off else 0.0}
+
+
+async def interleaved_turn_cpu(gateways: dict[str, Gateway], rounds: int,
+                               turns: int) -> dict[str, float]:
+    """CPU µs per in-process turn of each gateway (this process's own clock), rounds
+    interleaved in alternating order, the median round of each; the gateways are stopped."""
     cpu: dict[str, list[float]] = {name: [] for name in gateways}
     try:
-        if "browser" not in gateways["on"].tools:
-            return {}  # no Playwright or Chromium here: nothing to compare
         for round_number in range(rounds):
             order = list(gateways) if round_number % 2 == 0 else list(reversed(gateways))
             for name in order:
@@ -198,9 +210,7 @@ async def turn_in_process(quick: bool, tmp: Path) -> dict[str, Any]:
     finally:
         for gateway in gateways.values():
             await gateway.stop()
-    off, on = (statistics.median(cpu[name]) for name in ("off", "on"))
-    return {"browser_off_inprocess_us": off, "browser_on_inprocess_us": on,
-            "browser_inprocess_ratio": on / off if off else 0.0}
+    return {name: statistics.median(values) for name, values in cpu.items()}
 
 
 async def run(quick: bool, tmp: Path) -> dict[str, Any]:

@@ -9,6 +9,10 @@ Discord: the fake Discord (gateway/testing/discord.py, REST and Gateway websocke
 process) dispatches ``MESSAGE_CREATE`` DMs and mentions to the gateway's discord.py client; a
 turn ends when its reply reaches the fake's ``POST /channels/{id}/messages``.
 
+Slack's Markdown → mrkdwn conversion of one full chunk (3,900 characters of a typical answer:
+headings, lists, code, links, emphasis) is timed in this process: ``mrkdwn_3900_ms``, the median
+of 200 conversions.
+
 Each: x8 conversations (one per worker), each sending its next message once its reply
 arrived; the server's own CPU per turn, and beside it, in the same rounds, on the same server,
 a ``/chat`` turn's at x8: ``slack_vs_chat_cpu`` and ``discord_vs_chat_cpu``.
@@ -39,6 +43,38 @@ CONCURRENCY = 8
 
 
 # --- Slack ------------------------------------------------------------------------------------
+ANSWER_PARAGRAPH = (
+    "## Step {n}: configure the **service**\n\n"
+    "Open `config.toml` and set the *timeout* to 30 s; see [the docs](https://example.com/docs?"
+    "page={n}&lang=en) for ~~old~~ every option. Note that a < b && c > d.\n\n"
+    "- first, check the `PATH`\n- then restart:\n  - on Linux: `systemctl restart app`\n"
+    "  - elsewhere: run it again\n\n"
+    "```python\nfor item in items:\n    print(item, file=sys.stderr)\n```\n\n"
+    "> A quoted **remark** that runs over\n> two lines.\n\n")
+
+
+def mrkdwn_chunk(size: int = 3900) -> str:
+    """A typical answer's Markdown, ``size`` characters long (a chunk as the channel cuts it)."""
+    text, n = "", 1
+    while len(text) < size:
+        text += ANSWER_PARAGRAPH.format(n=n)
+        n += 1
+    return text[:size]
+
+
+def time_mrkdwn(conversions: int) -> dict[str, float]:
+    """The median time of converting one 3,900-character chunk to Slack mrkdwn."""
+    from channels.slack.mrkdwn import to_mrkdwn
+
+    chunk = mrkdwn_chunk()
+    times = []
+    for _ in range(conversions):
+        began = time.perf_counter()
+        to_mrkdwn(chunk)
+        times.append(time.perf_counter() - began)
+    return {"mrkdwn_3900_ms": statistics.median(times) * 1000}
+
+
 class BenchSlack(fake_slack.FakeSlack):
     """The fake Slack; a ``chat.postMessage`` resolves its channel's waiter. Calls are not
     kept (a long run would only grow the list)."""
@@ -229,7 +265,8 @@ async def run_slack(quick: bool, tmp: Path) -> dict[str, Any]:
             async def drive(server: Server, turns_each: int, first: int) -> LoadResult:
                 return await drive_slack(server, slack, turns_each, first)
 
-            return await _measure("slack", quick, tmp, {
+            conversion = time_mrkdwn(20 if quick else 200)
+            return conversion | await _measure("slack", quick, tmp, {
                 "CLOUDYBOT_SLACK_BOT_TOKEN": fake_slack.TOKEN,
                 "CLOUDYBOT_SLACK_SIGNING_SECRET": fake_slack.SIGNING_SECRET,
                 "CLOUDYBOT_SLACK_API_BASE": slack.base_url}, ready, drive)

@@ -15,7 +15,8 @@ hits all of them alike, at 1 and 8 concurrent conversations:
 - ``baseline``: an app doing only a turn's irreducible I/O (``bench/baseline.py``), a floor;
 - ``reference``: ``cloudybot serve`` as it was at an earlier commit (``bench/reference.py``),
   set up exactly as ``gateway``: the goals are ratios to it, which do not depend on how fast
-  this machine is.
+  this machine is;
+- ``first_wave``: the same at the first wave's end (``FIRST_WAVE``), the second reference.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ from bench.load import (
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Runs beside a load window until its event is set (the thread list read once a second).
 Companion = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
-CONCURRENCIES = (1, 8)
+CONCURRENCIES = (1, 8, 32)
 LABELS = {"gateway": "cloudybot serve, HTTP fake LLM",
           "reference": "the same at the reference commit",
+          "first_wave": "the same at the first wave's end",
           "inprocess": "serve, in-process LLM (no provider HTTP)",
           "baseline": "baseline app (I/O only, a floor)",
           "postgresql": "serve on PostgreSQL, HTTP fake LLM"}
@@ -168,23 +170,29 @@ def summarize(runs: list[LoadResult]) -> dict[str, float]:
 
 
 async def run(quick: bool, tmp: Path, against: str | None,
-              database_url: str | None = None) -> dict[str, Any]:
+              database_url: str | None = None,
+              first_wave: str | None = None) -> dict[str, Any]:
     """The headline section: each server's rows, the targets' figures and the peak RSS of
-    ``cloudybot serve`` during it; ``against``: the reference commit (None: none);
-    ``database_url``: an empty PostgreSQL database, whose ``serve`` runs beside the others."""
+    ``cloudybot serve`` during it; ``against`` and ``first_wave``: the reference commits
+    (None: not run); ``database_url``: an empty PostgreSQL database, whose ``serve`` runs
+    beside the others."""
     window = window_for(quick)
     rounds = 1 if quick else 5
     llm, llm_url = start_fake_llm()
     servers: dict[str, tuple[Server, str]] = {}
-    source = reference.extract(against, tmp / "reference-source") if against else None
+    sources = {name: reference.extract(revision, tmp / f"{name}-source")
+               for name, revision in (("reference", against), ("first_wave", first_wave))
+               if revision}
     try:
         env = gateway_env(tmp / "headline-gateway", "openai", llm_url)
         token = add_user(env)
         servers["gateway"] = (start_serve(env), token)
-        if source is not None:
-            env = gateway_env(tmp / "headline-reference", "openai", llm_url)
+        for name, source in sources.items():
+            if source is None:
+                continue
+            env = gateway_env(tmp / f"headline-{name}", "openai", llm_url)
             token = add_user(env, cwd=source)
-            servers["reference"] = (start_serve(env, cwd=source), token)
+            servers[name] = (start_serve(env, cwd=source), token)
         if database_url is not None:
             env = {**gateway_env(tmp / "headline-postgresql", "openai", llm_url),
                    "CLOUDYBOT_DATABASE_URL": database_url}
@@ -222,13 +230,15 @@ async def run(quick: bool, tmp: Path, against: str | None,
         floor = figures[f"baseline_{concurrency}"]["cpu_us"]
         figures[f"cpu_us_per_turn_{concurrency}"] = gateway
         figures[f"cpu_over_baseline_{concurrency}"] = gateway / floor if floor else 0.0
-        if source is not None:
-            figures[f"cpu_vs_reference_{concurrency}"] = (
-                gateway / figures[f"reference_{concurrency}"]["cpu_us"])
+        for name in sources:
+            if name in servers:
+                figures[f"cpu_vs_{name}_{concurrency}"] = (
+                    gateway / figures[f"{name}_{concurrency}"]["cpu_us"])
         if database_url is not None:
             figures[f"postgresql_vs_sqlite_{concurrency}"] = (
                 figures[f"postgresql_{concurrency}"]["cpu_us"] / gateway)
-    figures["reference"] = against if source is not None else None
+    figures["reference"] = against if "reference" in servers else None
+    figures["first_wave"] = first_wave if "first_wave" in servers else None
     figures["p50_ms_1_thread_inprocess"] = figures["inprocess_1"]["p50_ms"]
     figures["peak_rss_mb"] = peak_rss_mb
     figures["window_s"], figures["window_turns"] = window.seconds, window.turns

@@ -16,6 +16,9 @@ from pathlib import Path
 # The turn path before the work of issue 17 (whose goals are cuts from this commit's cost):
 # the access log on, aiohttp's client to the provider, every write on the worker thread.
 REFERENCE = "ef8cc5c"
+# The end of the first wave (issue 33's reference): the turn path before the durable inbox,
+# redaction and credit holds, whose cost the second wave's features are to be set against.
+FIRST_WAVE = "b72cbfa"
 SOURCES = ("gateway", "channels", "plugins")
 # How the reference's CLI runs: as ``python -m gateway.cli``, but loading only the built-in
 # plugins (the ``cloudybot`` distribution's entry points). A third-party plugin installed for

@@ -32,13 +32,15 @@ from gateway.plugins.manager import PluginManager, declared_settings, make_plugi
 def serve_with_inprocess(port: int) -> int:
     """``cloudybot serve --port PORT`` with the in-process provider registered."""
     from gateway.cli import main as cli
+    from gateway.cli import running
 
     def with_inprocess(**kwargs: Any) -> PluginManager:
         pm = make_plugin_manager(**kwargs)
         pm.register(inprocess, name="inprocess")
         return pm
 
-    cli.make_plugin_manager = with_inprocess  # type: ignore[attr-defined]
+    # where serve's plugins come from (gateway.cli.running.load)
+    running.make_plugin_manager = with_inprocess  # type: ignore[attr-defined]
     return cli.main(["serve", "--port", str(port)])
 
 

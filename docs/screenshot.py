@@ -81,6 +81,7 @@ async def photograph(base: str, code: str) -> None:
         page = await browser.new_page(viewport={"width": 1360, "height": 820},
                                       device_scale_factor=1)
         await page.goto(f"{base}/auth/login?code={code}")
+        await page.get_by_test_id("sign-in-with-link").click()
         composer = page.get_by_test_id("composer")
         await composer.wait_for()
         await page.get_by_role("tab", name="Memory").click()

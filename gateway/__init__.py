@@ -6,8 +6,10 @@ every hook that acts on the gateway receives; the interfaces a plugin implements
 (channels, providers, tools, commands, prompt sections) and every hook argument's type; the
 channel kit's messages and delivery outcomes; the errors that become JSON errors (each has its
 HTTP status and ``code``); the means to declare settings (``PluginSettings``, ``setting`` and
-the parsers in ``options``); and the helpers the built-in plugins share (redaction, the lean
-HTTP client, public-address checks). ``gateway.testing`` is the pytest kit.
+the parsers in ``options``); the span of the work in hand (``current_span``: a provider or a
+tool adds attributes and events to its call's trace); and the helpers the built-in plugins
+share (redaction, the lean HTTP client, public-address checks). ``gateway.testing`` is the
+pytest kit.
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ from gateway.base.errors import (
     PluginError,
     ProviderError,
     ProviderTimeout,
+    ProviderUnavailable,
     RateLimited,
     Unauthorized,
     Unavailable,
 )
 from gateway.base.locks import Leadership
 from gateway.base.logs import redact_in_logs, shown
+from gateway.base.pictures import PICTURE_TYPES, Image
 from gateway.base.text import split_text
 from gateway.base.validation import site as valid_site
+from gateway.chat_history import whole_tool_exchanges
 from gateway.commands import help_text, slash_command
 from gateway.config import options
 from gateway.config.options import Place, PluginSettings, setting
@@ -54,6 +59,7 @@ from gateway.host import (
     PinnedMemory,
     PluginHost,
     PluginMetrics,
+    ScheduledJobs,
 )
 from gateway.interfaces import (
     Attachment,
@@ -63,7 +69,6 @@ from gateway.interfaces import (
     CompletionRequest,
     DeliveryFailed,
     DeliveryRetry,
-    Image,
     InboundMessage,
     PromptSection,
     Provider,
@@ -71,6 +76,7 @@ from gateway.interfaces import (
     TextSink,
     TurnContext,
 )
+from gateway.jobs import timing as job_timing
 from gateway.memory.sessions import Rotation
 from gateway.net.destinations import (
     DestinationRefused,
@@ -80,14 +86,16 @@ from gateway.net.destinations import (
 )
 from gateway.net.destinations import addresses as public_addresses
 from gateway.net.http_client import Connecting, HTTPClient, HTTPClientError, Limits, Response
-from gateway.store import Delivery, ThreadRef, User
-from gateway.tools import Credential, Tool, ToolCall, ToolContext
+from gateway.observe import Span, current_span
+from gateway.store import Delivery, Job, JobRequest, ThreadRef, User
+from gateway.tools import Credential, Tool, ToolCall, ToolContext, ToolOutput, ToolSet
 
 __all__ = [  # noqa: RUF022 (grouped by purpose)
     # hooks and the host
     "PluginHost",
     "PinnedMemory",
     "PluginMetrics",
+    "ScheduledJobs",
     "OutboundMessage",
     "hookimpl",
     # what plugins implement or receive (every hook argument's type)
@@ -103,6 +111,7 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "DeliveryFailed",
     "DeliveryRetry",
     "Image",
+    "PICTURE_TYPES",
     "InboundMessage",
     "Leadership",
     "PromptSection",
@@ -114,8 +123,13 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "Tool",
     "ToolCall",
     "ToolContext",
+    "ToolOutput",
+    "ToolSet",
     "TurnContext",
     "User",
+    "Job",
+    "JobRequest",
+    "job_timing",
     # settings
     "Place",
     "PluginSettings",
@@ -133,9 +147,13 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "PluginError",
     "ProviderError",
     "ProviderTimeout",
+    "ProviderUnavailable",
     "RateLimited",
     "Unauthorized",
     "Unavailable",
+    # tracing: the span of the work in hand
+    "Span",
+    "current_span",
     # helpers the built-in plugins share
     "Connecting",
     "DestinationRefused",
@@ -155,6 +173,7 @@ __all__ = [  # noqa: RUF022 (grouped by purpose)
     "system_resolver",
     "valid_site",
     "web_url",
+    "whole_tool_exchanges",
     # the gateway itself (to embed or test it; plugins get a PluginHost)
     "Gateway",
 ]

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from gateway.api import api_routes
 from gateway.api.cors import add_cors
+from gateway.api.in_flight import InFlight, in_flight_key, in_flight_middleware
 from gateway.api.keys import gateway_key
 from gateway.api.middleware import (
     auth_middleware,
@@ -17,6 +18,7 @@ from gateway.api.middleware import (
 )
 from gateway.api.openapi import add_openapi
 from gateway.api.scrape import get_metrics
+from gateway.api.stops import RunningTurns, running_turns_key
 from gateway.base.logs import quiet_malformed_requests
 from gateway.gateway import Gateway
 
@@ -34,8 +36,9 @@ async def _gateway_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _begin_stop(app: web.Application) -> None:
-    # Before the server waits for requests in flight: they share the gateway's grace period.
-    app[gateway_key].begin_stop()
+    # Before the server waits for requests in flight: they share the gateway's grace period,
+    # and end with it.
+    app[in_flight_key].end_all_at(app[gateway_key].begin_stop())
 
 
 async def build_app(gateway: Gateway) -> web.Application:
@@ -45,10 +48,13 @@ async def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(
         # Headers are cleaned before auth reads them; bodies are read after auth, so a caller
         # without a token never makes the server wait for (or buffer) a body.
-        middlewares=[errors_middleware, headers_middleware, auth_middleware, body_middleware],
+        middlewares=[errors_middleware, in_flight_middleware, headers_middleware,
+                     auth_middleware, body_middleware],
         client_max_size=gateway.settings.max_request_bytes,
     )
     app[gateway_key] = gateway
+    app[in_flight_key] = InFlight()
+    app[running_turns_key] = RunningTurns()
     add_cors(app, gateway.settings.cors_origins)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", get_metrics)

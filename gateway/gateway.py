@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -16,29 +18,45 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from gateway.accounts.access import Accounts
+from gateway.accounts.admin import Administration
 from gateway.accounts.retention import Retention
 from gateway.accounts.secrets import SecretBox, load_or_create_key, refuse_saved_passwords
 from gateway.base import validation
-from gateway.base.errors import ConfigError, GatewayError, NotFound, PluginError, Unavailable
+from gateway.base.breaker import CircuitBreaker
+from gateway.base.errors import (
+    ConfigError,
+    GatewayError,
+    NotFound,
+    PluginError,
+    TurnStopped,
+    Unavailable,
+)
 from gateway.base.locks import KeyedLocks, Leadership, Lease
 from gateway.base.logs import turn_context
 from gateway.base.metrics import Metrics
+from gateway.base.times import iso_utc
 from gateway.base.tokens import TokenCounter
 from gateway.billing import quotas_for
 from gateway.billing.quotas import Quotas
 from gateway.commands import index_commands, run_command
+from gateway.config.fallback import FallbackEntry
 from gateway.config.settings import Settings
 from gateway.host import ChatCommand, CommandContext
 from gateway.interfaces import Channel, Command, InboundMessage, Provider
+from gateway.jobs.book import JobBook
+from gateway.jobs.scheduler import Scheduler
 from gateway.kit.host import CHANNEL_NAME, Host, check_keys
 from gateway.kit.inbound import Inbox
 from gateway.kit.outbox import Outbox
 from gateway.memory import sessions_for
 from gateway.memory.pinned import ThreadPins
 from gateway.memory.sessions import Rotation, Sessions
+from gateway.observe import NO_TRACER, Tracer, current_span
+from gateway.observe.setup import tracer_from_environment
 from gateway.plugins import hooks
 from gateway.plugins.hooks import PerPlugin, PluginHooks
 from gateway.plugins.manager import PluginManager, make_plugin_manager
+from gateway.plugins.providers import fallback_providers
 from gateway.store import (
     InboxEntry,
     Store,
@@ -47,17 +65,27 @@ from gateway.store import (
     ThreadPage,
     ThreadRef,
     User,
+    usage,
 )
 from gateway.store import events as webhook_events
 from gateway.store.backends import store_for
-from gateway.tools import Tool, Toolbox
+from gateway.tools import Tool, Toolbox, ToolSet
 from gateway.turn.agent import Agent, PendingSummary, TurnResult
+from gateway.turn.fallback import Link, ProviderChain
 from gateway.turn.request import Turn
+from gateway.turn.traces import OUTCOME, TURN_SPAN, outcome_attributes, turn_attributes
 from gateway.webhooks.dispatcher import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 
 DASHBOARD = "dashboard"
+# Of the shutdown grace period, what closing (channels, Chromium, the provider, the store) and
+# the process's exit are allowed after the work in flight: a second, or a fifth of a short one.
+CLOSING_SECONDS = 1.0
+CLOSING_SHARE = 0.2
+# What the tracer may take at shutdown to export the spans it holds (within the closing time).
+TRACE_FLUSH_SECONDS = 0.5
+COMPACT_AFTER_SECONDS = 2 * 3600  # an hour's usage rollups are folded this long after
 
 
 def dashboard_session_key(user_id: str, thread_id: str) -> str:
@@ -69,7 +97,7 @@ def dashboard_session_key(user_id: str, thread_id: str) -> str:
 class _Running:
     """What exists only while the gateway runs: built by ``start()``, in one piece."""
 
-    provider: Provider
+    providers: ProviderChain
     counter: TokenCounter
     secret_box: SecretBox
     sessions: Sessions
@@ -99,9 +127,14 @@ class Gateway:
     """
 
     def __init__(self, settings: Settings, pm: PluginManager | None = None, *,
-                 store: Store | None = None, clock: Callable[[], float] = time.time) -> None:
+                 store: Store | None = None, clock: Callable[[], float] = time.time,
+                 tracer: Tracer | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        # Spans (gateway.observe): the tracer given, else the one the OTEL_* variables ask for
+        # from start() to stop(); the no-op one until then, and whenever tracing is off.
+        self.tracer: Tracer = tracer if tracer is not None else NO_TRACER
+        self._traces_from_environment = tracer is None
         self.pm = pm if pm is not None else make_plugin_manager(
             disabled=settings.disabled_plugins)
         for name in settings.disabled_plugins:  # unregistered, if the caller had loaded it
@@ -119,19 +152,25 @@ class Gateway:
         self.metrics = Metrics()
         self.webhooks = WebhookDispatcher(self)
         self.store.webhooks_queued = self.webhooks.queued
+        self.scheduler = Scheduler(self)
+        self.jobs = JobBook(settings, self.store, clock, self.scheduler.changed)
+        self.admin = Administration(self.store)
         self._started = False
         # Set when stop() begins: waits (delivery backoff, rate limits) end at once, leaving
         # their work in the inbox/outbox for the next start.
         self.stopping = asyncio.Event()
         self._stop_deadline = 0.0
         self._periodic: list[asyncio.Task[None]] = []  # the purge; the takeover (shared stores)
+        self._compacted = ""  # the hour the usage rollups are compacted up to (shared stores)
         self.accepting = False
         # Rate limits and credit holds: in this process's memory unless the store shares them.
         self.quotas: Quotas = quotas_for(self.store, settings, clock)
         self._providers: dict[str, Provider] | None = None
+        self._provider_owners: dict[str, str] = {}  # provider name: the plugin that registered it
         self._running: _Running | None = None
         self.channels: dict[str, Channel] = {}
         self.tools: dict[str, Tool] = {}
+        self.tool_sets: list[ToolSet] = []  # tools that depend on who asks (MCP servers')
         self.commands: dict[str, ChatCommand] = {}  # by every name each answers to
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -148,11 +187,13 @@ class Gateway:
             raise PluginError(f"plugin {name!r} failed to load: {error}")
         host = PerPlugin(self.host_for)
         providers: dict[str, Provider] = {}
-        for provider in await hooks.collect(self.pm.hook.register_providers, strict=True,
-                                            host=host):
-            if provider.name in providers:
-                raise PluginError(f"two providers are named {provider.name!r}")
-            providers[provider.name] = provider
+        for plugin, registered in await hooks.collect_by_plugin(
+                self.pm.hook.register_providers, strict=True, host=host):
+            for provider in registered:
+                if provider.name in providers:
+                    raise PluginError(f"two providers are named {provider.name!r}")
+                providers[provider.name] = provider
+                self._provider_owners[provider.name] = plugin
         for plugin, channels in await hooks.collect_by_plugin(
                 self.pm.hook.register_channels, strict=True, host=host):
             for channel in channels:
@@ -164,6 +205,9 @@ class Gateway:
                 self.channels[channel.name] = channel
                 self._channel_owners[channel.name] = plugin
         for tool in await hooks.collect(self.pm.hook.register_tools, strict=True, host=host):
+            if isinstance(tool, ToolSet) and not isinstance(tool, Tool):
+                self.tool_sets.append(tool)
+                continue
             if tool.name in self.tools:
                 raise PluginError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
@@ -179,11 +223,16 @@ class Gateway:
         """Open the store, build what runs (provider, tokenizer, sessions, agent), recover
         what a previous run left, start the channels."""
         await self.load_plugins()
+        if self._traces_from_environment:
+            self.tracer = tracer_from_environment(os.environ)
         await self.store.open()
         self.stopping.clear()
         try:
-            self._running = self._build_running()
-            await self._running.provider.start()
+            fallbacks = await fallback_providers(self.pm, self.host_for, self.settings,
+                                                 self._provider_owners)
+            self._running = self._build_running(fallbacks)
+            await self._running.providers.start()
+            await self._running.agent.toolbox.start()
             # What a previous run left: its replies first, then its unanswered messages,
             # queued before any new message can arrive, so arrival order holds.
             await self.outbox.recover()
@@ -202,13 +251,15 @@ class Gateway:
                     self.settings.purge_interval_minutes * 60)))
             if self.store.shared:
                 self._periodic.append(loop.create_task(self._take_over_periodically()))
+            if self.settings.jobs_run:
+                self._periodic.append(loop.create_task(self.scheduler.serve()))
         except BaseException:
             await self.stop()
             raise
 
-    def _build_running(self) -> _Running:
-        """The provider named by the settings, the token counter, the secret box, the session
-        files and the agent that uses them."""
+    def _build_running(self, fallbacks: list[tuple[FallbackEntry, Provider]]) -> _Running:
+        """The providers (the one named by the settings, then ``fallbacks``), the token
+        counter, the secret box, the session files and the agent that uses them."""
         assert self._providers is not None
         wanted = self.settings.llm_provider
         if wanted not in self._providers and wanted in self.settings.disabled_plugins:
@@ -220,18 +271,34 @@ class Gateway:
             raise ConfigError(f"CLOUDYBOT_LLM_PROVIDER names no loaded provider: {wanted!r} "
                               f"(loaded: {known})")
         settings = self.settings
-        provider = self._providers[wanted]
+        providers = self._chain(self._providers[wanted], fallbacks)
         counter = TokenCounter.for_encoding(settings.tokenizer_encoding)
         secret_box = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
         sessions = sessions_for(self.store, settings, counter.chat_message, self.clock,
                                 self._session_rotated)
-        agent = Agent(settings=settings, store=self.store, provider=provider, counter=counter,
+        agent = Agent(settings=settings, store=self.store, providers=providers, counter=counter,
                       sessions=sessions, secret_box=secret_box,
-                      toolbox=Toolbox.of(self.tools, counter.count), hooks=self.hooks,
+                      toolbox=Toolbox.of(self.tools, counter.count, self.tool_sets),
+                      hooks=self.hooks,
                       accounts=self.accounts, quotas=self.quotas, metrics=self.metrics)
         retention = Retention(settings, self.store, sessions, self.locks, self.clock,
                               self.quotas)
-        return _Running(provider, counter, secret_box, sessions, agent, retention)
+        return _Running(providers, counter, secret_box, sessions, agent, retention)
+
+    def _chain(self, primary: Provider,
+               fallbacks: list[tuple[FallbackEntry, Provider]]) -> ProviderChain:
+        """The configured provider and model, then the fallbacks, each under a breaker."""
+        settings = self.settings
+        pairs = [(f"{primary.name}/{settings.llm_model}", primary, settings.llm_model),
+                 *((entry.name, provider, entry.model) for entry, provider in fallbacks)]
+        links, names = [], set()
+        for number, (name, provider, model) in enumerate(pairs, 1):
+            unique = name if name not in names else f"{name}#{number}"
+            names.add(unique)
+            links.append(Link(unique, provider, model, CircuitBreaker(
+                settings.llm_breaker_failures, settings.llm_breaker_cooldown_seconds,
+                self.clock)))
+        return ProviderChain(links, self.metrics)
 
     async def _session_rotated(self, rotation: Rotation) -> None:
         """A session ended: counted, and the plugins told."""
@@ -239,10 +306,12 @@ class Gateway:
         await self.hooks.session_rotated(rotation)
 
     async def stop(self) -> None:
-        """Stop taking messages, finish the work already taken (turns, summaries, replies)
-        for at most ``CLOUDYBOT_SHUTDOWN_GRACE_SECONDS``, then close the channels, the
-        provider and the store. What is unfinished stays in the inbox and outbox for the next
-        start: a cancelled turn was not committed, so it runs again then."""
+        """Stop taking messages, finish the work already taken (turns, summaries, replies),
+        then close the channels, the provider and the store, all within
+        ``CLOUDYBOT_SHUTDOWN_GRACE_SECONDS``: the work gets the grace period less what closing
+        is allowed (``CLOSING_SECONDS``, or ``CLOSING_SHARE`` of a short grace). What is
+        unfinished stays in the inbox and outbox for the next start: a cancelled turn was not
+        committed, so it runs again then."""
         self.begin_stop()
         periodic, self._periodic = self._periodic, []
         for task in periodic:
@@ -256,7 +325,7 @@ class Gateway:
                 log.exception("channel %r failed to stop", channel.name)
         grace = max(0.0, self._stop_deadline - asyncio.get_running_loop().time()) \
             if self._started else 0.0
-        self._started = False
+        started, self._started = self._started, False
         try:
             if self._background:
                 await asyncio.wait_for(self.drain(), grace)
@@ -275,19 +344,29 @@ class Gateway:
         await self.webhooks.close()
         await self.hooks.gateway_stopping()
         if self._running is not None:
-            await self._running.provider.close()
+            await self._running.agent.toolbox.close()
+            await self._running.providers.close()
         await self.store.close()
+        if self._traces_from_environment and self.tracer.on:
+            tracer, self.tracer = self.tracer, NO_TRACER
+            await tracer.close(TRACE_FLUSH_SECONDS)
+        if started:
+            log.debug("stopped")
 
-    def begin_stop(self) -> None:
+    def begin_stop(self) -> float:
         """Stop taking messages and start the grace period (idempotent): new channel messages
         get 503, waits end. The server calls it first, so that HTTP requests in flight and the
-        gateway's own work share one grace period; :meth:`stop` then finishes the job."""
-        if self.stopping.is_set():
-            return
-        self.accepting = False
-        self.stopping.set()
-        self._stop_deadline = (asyncio.get_running_loop().time()
-                               + self.settings.shutdown_grace_seconds)
+        gateway's own work share one grace period; :meth:`stop` then finishes the job. Returns
+        when the grace period ends (the event loop's time)."""
+        if not self.stopping.is_set():
+            self.accepting = False
+            self.stopping.set()
+            grace = self.settings.shutdown_grace_seconds
+            work = grace - min(CLOSING_SECONDS, grace * CLOSING_SHARE)
+            self._stop_deadline = asyncio.get_running_loop().time() + work
+            if self._started:  # (a start that failed has nothing to stop)
+                log.debug("stopping: %.3g s for the work in flight, %g s in all", work, grace)
+        return self._stop_deadline
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -303,8 +382,13 @@ class Gateway:
 
     @property
     def provider(self) -> Provider:
-        """The LLM provider in use."""
-        return self._run().provider
+        """The configured LLM provider (the first of the fallback chain)."""
+        return self._run().providers.primary
+
+    @property
+    def providers(self) -> ProviderChain:
+        """The providers a call may go to: the configured one, then the fallbacks."""
+        return self._run().providers
 
     @property
     def counter(self) -> TokenCounter:
@@ -370,6 +454,21 @@ class Gateway:
                 await self.webhooks.recover()
             except Exception:
                 log.exception("cannot take over the work of stopped processes; will try again")
+            try:
+                await self._compact_usage()
+            except Exception:
+                log.exception("cannot compact the usage rollups; will try again")
+
+    async def _compact_usage(self) -> None:
+        """Once an hour, fold the usage rollups' shards of the hours over (those of the last
+        31 days, up to two hours ago: no commit writes them any more) into one row each
+        (``Store.compact_usage``), so that reports read as few rows as with one process."""
+        end = usage.hour_key(iso_utc(self.clock() - COMPACT_AFTER_SECONDS))
+        if end == self._compacted:
+            return
+        await self.store.compact_usage(usage.hour_key(iso_utc(self.clock() - 31 * 86_400)),
+                                       end)
+        self._compacted = end
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the gateway begins to stop (check ``stopping``)."""
@@ -476,8 +575,13 @@ class Gateway:
         return await self.inbox.answer_inline(message)
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
-        """Commit a message that answers no inbound one to the outbox and deliver it; False
-        if ``entry``'s id was used already. 503 when it cannot be stored now."""
+        """Commit a message that answers no inbound one to the outbox and deliver it (its
+        send continues the trace of the span it was queued in, if any); False if ``entry``'s
+        id was used already. 503 when it cannot be stored now."""
+        if entry.trace is None:
+            queued_in = current_span().context()
+            if queued_in is not None:
+                entry = dataclasses.replace(entry, trace=queued_in.text)
         try:
             queued = await self.store.queue_message(entry, text)
         except (sqlite3.Error, OSError) as exc:
@@ -543,17 +647,23 @@ class Gateway:
         if turn.specialist is not None:
             validation.name(turn.specialist, "specialist")
         ref = turn.ref
-        with turn_context(turn.user_id, ref.thread_id, ref.channel):  # on its every log line
+        attributes = turn_attributes(turn) if self.tracer.on else None
+        # on its every log line; its span, the parent of its steps' (its summarization's too)
+        with turn_context(turn.user_id, ref.thread_id, ref.channel), \
+                self.tracer.root(TURN_SPAN, attributes, origin=turn.trace) as span:
             started = time.perf_counter()
             lease = await self.locks.acquire(ref.session_key)
             try:
                 result, pending = await self.agent.run_turn(turn)
             except BaseException as exc:
                 await lease.release()
+                span.set(OUTCOME, "stopped" if isinstance(exc, TurnStopped) else "error")
                 if not isinstance(exc, asyncio.CancelledError):  # a stop, not a failure
                     status = exc.status if isinstance(exc, GatewayError) else 500
                     self.metrics.turn_errors.labels(ref.channel, str(status)).inc()
                 raise
+            if span.recording:
+                span.update(outcome_attributes(result))
             self.metrics.turn_seconds.labels(ref.channel).observe(time.perf_counter() - started)
             if pending is None:
                 await lease.release()

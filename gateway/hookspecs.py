@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gateway.interfaces import Channel, PromptSection, Provider, TurnContext
     from gateway.memory.sessions import Rotation
     from gateway.store import Delivery
-    from gateway.tools import Tool
+    from gateway.tools import Tool, ToolSet
 
 PROJECT = "cloudybot"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -74,13 +74,17 @@ def register_channels(host: PluginHost) -> list[Channel]:
 
 # --- tools -------------------------------------------------------------------------------
 @hookspec
-def register_tools(host: PluginHost) -> list[Tool]:
+def register_tools(host: PluginHost) -> list[Tool | ToolSet]:
     """Return the tools the agent may call.
 
     :param host: the plugin's host.
     :return: :class:`gateway.Tool` instances; their schemas go to the provider with every
         chat call, and ``run(arguments, context)`` is awaited when the model calls them. An
         exception or a timeout becomes an error result the model reads. Names must be unique.
+        A :class:`gateway.ToolSet` among them gives tools that depend on who asks or change
+        while the gateway runs (an MCP server's): each turn gets ``await
+        tools_for(user_id, plan)`` beside the plain tools; it is started with the gateway and
+        closed as it stops.
     """
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.base.locks import Leadership
     from gateway.config.settings import Settings
     from gateway.interfaces import InboundMessage
-    from gateway.store.records import ThreadRef, User
+    from gateway.store.records import Job, JobRequest, ThreadRef, User
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,36 @@ class PinnedMemory(Protocol):
         """Unpin ``key``; return what remains."""
 
 
+class ScheduledJobs(Protocol):
+    """Users' scheduled jobs (``host.jobs``), under their plans' limits; the gateway reads
+    the times (``gateway.job_timing``) and runs the jobs."""
+
+    async def time_zone(self, user_id: str) -> str:
+        """The user's time zone, or the gateway's default."""
+
+    async def set_time_zone(self, user_id: str, name: str) -> str:
+        """Make ``name`` (an IANA zone) the user's time zone."""
+
+    async def create_in(self, user_id: str, conversation: str, request: JobRequest) -> Job:
+        """Make a job of ``user_id`` posting in ``conversation`` (a session key).
+
+        :raises gateway.BadRequest: a time past or unreadable, an interval under the plan's.
+        :raises gateway.Forbidden: the plan's ``max_jobs`` reached.
+        """
+
+    async def list(self, user_id: str) -> list[Job]:
+        """The user's jobs, oldest first."""
+
+    async def pause(self, user_id: str, job_id: str) -> Job:
+        """Stop the job's runs until resumed (NotFound if not the user's)."""
+
+    async def resume(self, user_id: str, job_id: str) -> Job:
+        """Run the job again from its next time after now."""
+
+    async def delete(self, user_id: str, job_id: str) -> None:
+        """Delete the job and its record."""
+
+
 class PluginMetrics(Protocol):
     """Counters a plugin adds to ``GET /metrics``, named ``cloudybot_plugin_{plugin}_{name}``."""
 
@@ -146,6 +176,12 @@ class PluginHost(Protocol):
 
     def now(self) -> float:
         """The gateway's clock, epoch seconds (tests move it)."""
+
+    @property
+    def jobs(self) -> ScheduledJobs:
+        """Users' scheduled jobs: make one in a conversation (``create_in``), list, pause,
+        resume and delete them, under their plans' limits; read and set a user's time
+        zone. What runs them is the gateway's."""
 
     async def receive(self, message: InboundMessage) -> bool:
         """Commit a message from one of the plugin's channels to the durable inbox and answer
@@ -205,4 +241,4 @@ class PluginHost(Protocol):
 
 
 __all__ = ["ChatCommand", "CommandContext", "OutboundMessage", "PinnedMemory", "PluginHost",
-           "PluginMetrics"]
+           "PluginMetrics", "ScheduledJobs"]

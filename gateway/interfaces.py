@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway.base.pictures import Image
 from gateway.tools import ToolCall
 
 if TYPE_CHECKING:
@@ -35,19 +35,6 @@ class PromptSection:
 
     position: Position
     text: str
-
-
-@dataclass(frozen=True)
-class Image:
-    """A picture the user sent, for a model that reads images (``CLOUDYBOT_LLM_VISION``)."""
-
-    mime: str
-    data: bytes
-    name: str
-
-    def data_url(self) -> str:
-        """The picture as a ``data:`` URL (how OpenAI-compatible APIs take image input)."""
-        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +73,10 @@ class CompletionRequest:
 
 @dataclass(frozen=True)
 class Completion:
-    """A provider's answer: text, or tool calls to run. Usage is None when not reported."""
+    """A provider's answer: text, or tool calls to run. Usage is None when not reported;
+    ``finish_reason`` is the provider's word for why the answer ended (``stop``, ``length``,
+    ``tool_calls``...), None when it gave none (a trace then says ``tool_calls`` or
+    ``stop``)."""
 
     text: str
     model: str
@@ -94,6 +84,7 @@ class Completion:
     completion_tokens: int | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    finish_reason: str | None = None
 
 
 class Provider(ABC):

@@ -3,7 +3,9 @@
 The gateway speaks OpenAI's chat shape inside; this maps it both ways. System messages become
 the ``system`` text. Pictures become ``image`` blocks. An assistant's tool calls become
 ``tool_use`` blocks, and tool results become ``tool_result`` blocks in a user turn, with
-consecutive turns of one role merged, since the API wants them alternating. The answer's
+consecutive turns of one role merged, since the API wants them alternating; any history the
+gateway keeps (one starting with a reply, tool exchanges cut short, empty content) becomes a
+request the API accepts (see :func:`to_anthropic`). The answer's
 ``text`` and ``tool_use`` blocks come back as the reply and its tool calls, and
 ``input_tokens`` / ``output_tokens`` are billed.
 
@@ -16,6 +18,7 @@ tool input arrives as ``input_json_delta`` pieces.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +31,13 @@ from gateway import (
     PluginHost,
     PluginSettings,
     Provider,
-    ProviderError,
+    ProviderUnavailable,
     Response,
     hookimpl,
     jsonio,
     options,
     setting,
+    whole_tool_exchanges,
 )
 from plugins.openai import (
     MAX_STREAM_CHARS,
@@ -42,10 +46,16 @@ from plugins.openai import (
     _malformed,
     _token_count,
     _tool_call,
+    stream_broke_off,
 )
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+# The user turn put first when the history kept starts with the assistant (see to_anthropic).
+EARLIER_MESSAGES = "(Earlier messages of this conversation are not shown here.)"
+# Anthropic's stop reasons in the finish reasons traces use (OpenAI's words).
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+                "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "pause"}
 
 
 class AnthropicProvider(OpenAIProvider):
@@ -105,7 +115,8 @@ class AnthropicProvider(OpenAIProvider):
             model=reported if isinstance(reported, str) and reported else model,
             prompt_tokens=_token_count(usage, "input_tokens"),
             completion_tokens=_token_count(usage, "output_tokens"),
-            tool_calls=tuple(calls), raw=body)
+            tool_calls=tuple(calls), raw=body,
+            finish_reason=STOP_REASONS.get(str(body.get("stop_reason"))))
 
 
 def _input_text(value: Any) -> Any:
@@ -122,15 +133,18 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
-    """A user message's content (text, or OpenAI parts with pictures) as content blocks."""
+    """A message's content (text, or OpenAI parts with pictures) as content blocks; text
+    that is empty or only whitespace is left out, since the API refuses it."""
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    blocks = []
-    for part in content or []:
-        if part.get("type") == "text":
-            blocks.append({"type": "text", "text": part.get("text", "")})
+        return [{"type": "text", "text": content}] if content.strip() else []
+    blocks: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and str(part.get("text") or "").strip():
+            blocks.append({"type": "text", "text": str(part["text"])})
         elif part.get("type") == "image_url":
-            url = str(part.get("image_url", {}).get("url", ""))
+            url = str((part.get("image_url") or {}).get("url", ""))
             head, _, data = url.partition(",")
             media = head.removeprefix("data:").removesuffix(";base64")
             blocks.append({"type": "image",
@@ -138,10 +152,51 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
+class _ToolIds:
+    """Tool call ids as the API takes them: ``[a-zA-Z0-9_-]+`` and unique in the request. An id
+    that is already so is kept; another (from an OpenAI-compatible model, or used twice in a
+    long thread) gets a stand-in, which the call's result, always right after it (see
+    :func:`gateway.whole_tool_exchanges`), is given too."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+        self._latest: dict[str, str] = {}
+
+    def call(self, call_id: str) -> str:
+        """The id to send for a call with ``call_id``."""
+        sent = re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) or "call"
+        if sent in self._used:
+            sent = f"{sent}_{len(self._used)}"
+        while sent in self._used:
+            sent += "_"
+        self._used.add(sent)
+        self._latest[call_id] = sent
+        return sent
+
+    def result(self, call_id: str) -> str:
+        """The id sent for the call a result with ``call_id`` answers."""
+        return self._latest.get(call_id, call_id)
+
+
 def to_anthropic(messages: Any) -> tuple[str, list[dict[str, Any]]]:
-    """OpenAI-shaped chat messages as Anthropic's ``system`` text and alternating turns."""
+    """OpenAI-shaped chat messages as Anthropic's ``system`` text and turns the Messages API
+    accepts, whatever history the gateway kept.
+
+    The history first has its tool exchanges made whole (:func:`gateway.whole_tool_exchanges`:
+    a result whose call was cut off becomes user text, a call whose result was cut off is
+    answered "no result"). Then system messages join the ``system`` text; empty content is
+    left out; consecutive messages of one role are merged into one turn (tool results first in
+    theirs, as they follow their calls). When the history kept begins with the assistant (after
+    a summary rolling memory keeps the last messages, which may start with a reply; the prompt
+    drops its oldest messages under ``MAX_CONTEXT``), a short user turn saying that earlier
+    messages are not shown comes first: the API wants a user turn first, and folding the
+    reply into the system text would lose its tool calls and its being the model's own words.
+    A final assistant turn (never sent by the gateway) loses trailing whitespace, as the API
+    wants.
+    """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
+    ids = _ToolIds()
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
         if not blocks:
@@ -151,28 +206,43 @@ def to_anthropic(messages: Any) -> tuple[str, list[dict[str, Any]]]:
         else:
             turns.append({"role": role, "content": blocks})
 
-    for message in messages:
+    for message in whole_tool_exchanges(messages):
         role = message.get("role")
         if role == "system":
             system.append(str(message.get("content") or ""))
         elif role == "user":
             add("user", _blocks(message.get("content")))
         elif role == "assistant":
-            blocks = _blocks(message.get("content") or "")
-            for call in message.get("tool_calls") or []:
-                function = call.get("function", {})
-                try:
-                    arguments = json.loads(function.get("arguments") or "{}")
-                except ValueError:
-                    arguments = {}
-                blocks.append({"type": "tool_use", "id": call.get("id", ""),
-                               "name": function.get("name", ""),
-                               "input": arguments if isinstance(arguments, dict) else {}})
-            add("assistant", blocks)
+            add("assistant", _blocks(message.get("content"))
+                + [_tool_use(call, ids) for call in message.get("tool_calls") or ()])
         elif role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""),
-                          "content": str(message.get("content") or "")}])
+            result: dict[str, Any] = {"type": "tool_result",
+                                      "tool_use_id": ids.result(message["tool_call_id"])}
+            content = str(message.get("content") or "")
+            if content.strip():
+                result["content"] = content
+            add("user", [result])
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": EARLIER_MESSAGES}]})
+    last = turns[-1]["content"][-1]
+    if turns[-1]["role"] == "assistant" and last["type"] == "text":
+        last["text"] = last["text"].rstrip()
     return "\n\n".join(text for text in system if text), turns
+
+
+def _tool_use(call: dict[str, Any], ids: _ToolIds) -> dict[str, Any]:
+    """An OpenAI tool call as a ``tool_use`` block (arguments that are not a JSON object are
+    sent as an empty input)."""
+    function = call.get("function")
+    if not isinstance(function, dict):
+        function = {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except (TypeError, ValueError):
+        arguments = {}
+    return {"type": "tool_use", "id": ids.call(call["id"]),
+            "name": str(function.get("name") or "tool"),
+            "input": arguments if isinstance(arguments, dict) else {}}
 
 
 async def _gather_events(response: Response,
@@ -201,6 +271,9 @@ async def _gather_events(response: Response,
                     answer["usage"].update(started["usage"])
             elif kind == "message_delta" and isinstance(event.get("usage"), dict):
                 answer["usage"].update(event["usage"])
+                delta = event.get("delta")
+                if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                    answer["stop_reason"] = delta["stop_reason"]
             elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
                 index = event.get("index")
                 if type(index) is not int or index in blocks:
@@ -219,15 +292,15 @@ async def _gather_events(response: Response,
                         and isinstance(delta.get("partial_json"), str):
                     inputs[index].append(delta["partial_json"])
                     size += len(delta["partial_json"])
-            elif kind == "error":
-                raise ProviderError("the LLM provider's stream reported an error")
+            elif kind == "error":  # overloaded_error mid-stream, say: before text, fall back
+                raise ProviderUnavailable("the LLM provider's stream reported an error",
+                                          reason="stream_error")
             elif kind == "message_stop":
                 break
             if size > MAX_STREAM_CHARS:
                 raise _malformed(f"it streamed more than {MAX_STREAM_CHARS} characters")
     except HTTPClientError as exc:
-        raise ProviderError(f"the LLM provider's stream broke off: {type(exc).__name__}") \
-            from None
+        raise stream_broke_off(exc) from None
     for index, block in blocks.items():
         if block.get("type") == "tool_use" and inputs[index]:
             try:

@@ -9,6 +9,10 @@ Retries 429 and 5xx answers (and dropped connections) with exponential backoff, 
 arrives; a stream that breaks off after text was handed on is a 502, never retried (the text
 would come twice).
 
+Every history the gateway keeps is sent as one the API accepts: tool exchanges cut short (by
+rolling memory's keep-recent window or the prompt's trimming) are made whole first
+(:func:`gateway.whole_tool_exchanges`).
+
 The answer is untrusted input: a body that is not a chat completion (no choices,
 nested too deep to parse, a tool call without an id or name) is a 502; usage counts that are
 not non-negative integers are treated as not reported; tool-call arguments that are not JSON
@@ -38,13 +42,16 @@ from gateway import (
     Provider,
     ProviderError,
     ProviderTimeout,
+    ProviderUnavailable,
     Response,
     ToolCall,
+    current_span,
     hookimpl,
     jsonio,
     options,
     setting,
     shown,
+    whole_tool_exchanges,
 )
 
 log = logging.getLogger(__name__)
@@ -117,7 +124,9 @@ class OpenAIProvider(Provider):
             self._client = None
 
     def _payload(self, request: CompletionRequest) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": request.model, "messages": list(request.messages),
+        # Any history the gateway keeps may have tool exchanges cut short; OpenAI refuses them.
+        payload: dict[str, Any] = {"model": request.model,
+                                   "messages": whole_tool_exchanges(request.messages),
                                    "max_tokens": request.max_tokens}
         if request.tools:
             payload["tools"] = list(request.tools)
@@ -163,9 +172,10 @@ class OpenAIProvider(Provider):
                 await self._back_off(attempt, later.wait, f"HTTP {later.status}")
             except HTTPClientError as exc:  # no connection, or it broke before an answer
                 if last_try:
-                    raise ProviderError(f"cannot reach the LLM provider: {exc}") from None
+                    raise ProviderUnavailable(f"cannot reach the LLM provider: {exc}",
+                                              reason="connection") from None
                 await self._back_off(attempt, None, type(exc).__name__)
-        raise ProviderError("the LLM provider kept failing")
+        raise ProviderUnavailable("the LLM provider kept failing", reason="retries")
 
     async def _attempt(self, client: HTTPClient, body: bytes,
                        read: Callable[[Response], Awaitable[Completion]],
@@ -180,14 +190,24 @@ class OpenAIProvider(Provider):
                 # The provider's words stay in our log; the client learns the status.
                 log.warning("LLM provider answered HTTP %d: %s", response.status,
                             _error_detail(answer) if answer else "")
-                raise ProviderError(f"the LLM provider answered HTTP {response.status}")
+                message = f"the LLM provider answered HTTP {response.status}"
+                if unavailable(response.status):  # another provider may answer
+                    raise ProviderUnavailable(message, reason=str(response.status))
+                raise ProviderError(message)
             return await read(response)
 
     @staticmethod
     async def _back_off(attempt: int, retry_after: float | None, reason: str) -> None:
+        """Wait before retry ``attempt + 1``; the call's span gets a ``retry`` event and its
+        ``cloudybot.provider.retries`` count."""
         wait = retry_after if retry_after is not None else BACKOFF_BASE_SECONDS * 2**attempt
         wait = min(wait, MAX_WAIT_SECONDS)
         log.warning("LLM provider failed (%s); retry %d in %.1f s", reason, attempt + 1, wait)
+        span = current_span()
+        span.event("retry", {"cloudybot.retry.attempt": attempt + 1,
+                             "cloudybot.retry.reason": reason,
+                             "cloudybot.retry.wait_seconds": wait})
+        span.count("cloudybot.provider.retries")
         await asyncio.sleep(wait)
 
     @staticmethod
@@ -218,6 +238,7 @@ class OpenAIProvider(Provider):
                         "ourselves", shown(usage))
             usage = {}
         reported = body.get("model")
+        finish = choices[0].get("finish_reason")
         return Completion(
             text=text,
             model=reported if isinstance(reported, str) and reported else model,
@@ -225,6 +246,7 @@ class OpenAIProvider(Provider):
             completion_tokens=_token_count(usage, "completion_tokens"),
             tool_calls=tuple(_tool_call(call) for call in calls),
             raw=body,
+            finish_reason=finish if isinstance(finish, str) else None,
         )
 
 
@@ -253,6 +275,7 @@ async def _gather_stream(response: Response,
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     answer: dict[str, Any] = {}
+    finish: Any = None
     size = 0
     try:
         async for raw in response.lines():
@@ -272,6 +295,7 @@ async def _gather_stream(response: Response,
                 if event.get(key) is not None:
                     answer[key] = event[key]
             delta = _first_delta(event)
+            finish = _finish_reason(event) or finish
             piece = delta.get("content")
             if isinstance(piece, str) and piece:
                 size += len(piece)
@@ -282,12 +306,19 @@ async def _gather_stream(response: Response,
             if size > MAX_STREAM_CHARS:
                 raise _malformed(f"it streamed more than {MAX_STREAM_CHARS} characters")
     except HTTPClientError as exc:  # cut short, malformed, or a line too long
-        raise ProviderError(f"the LLM provider's stream broke off: {type(exc).__name__}") \
-            from None
+        raise stream_broke_off(exc) from None
     message: dict[str, Any] = {"content": "".join(text)}
     if calls:
         message["tool_calls"] = [calls[index] for index in sorted(calls)]
-    return {**answer, "choices": [{"message": message}]}
+    return {**answer, "choices": [{"message": message, "finish_reason": finish}]}
+
+
+def _finish_reason(event: dict[str, Any]) -> Any:
+    """A stream event's finish reason, if it carries one (the last content event does)."""
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0].get("finish_reason")
+    return None
 
 
 def _first_delta(event: dict[str, Any]) -> dict[str, Any]:
@@ -326,6 +357,19 @@ def _add_tool_call_delta(calls: dict[int, dict[str, Any]], delta: Any) -> int:
                 call["function"][part] += piece
                 added += len(piece)
     return added
+
+
+def unavailable(status: int) -> bool:
+    """Whether an HTTP status says the provider cannot answer now (429, 5xx, 529): one
+    another provider may answer in its place."""
+    return status == 429 or status >= 500
+
+
+def stream_broke_off(exc: HTTPClientError) -> ProviderUnavailable:
+    """A stream that broke off: the connection failed (the gateway falls back to another
+    provider only if no text was handed on yet)."""
+    return ProviderUnavailable(f"the LLM provider's stream broke off: {type(exc).__name__}",
+                               reason="connection")
 
 
 def _malformed(reason: str) -> ProviderError:

@@ -94,12 +94,16 @@ async def _calculator(arguments: dict[str, Any], context: ToolContext) -> str:
 
 async def _current_time(arguments: dict[str, Any], context: ToolContext) -> dict[str, str]:
     name = arguments.get("timezone") or "UTC"
+    if not isinstance(name, str):  # str() of a list or an object would be Python's repr
+        return {"error": "the time zone must be a string, an IANA name like Europe/Paris"}
     try:
-        zone = ZoneInfo(str(name))
-    except (ZoneInfoNotFoundError, ValueError):
-        return {"error": f"unknown time zone {name!r}; use an IANA name like Europe/Paris"}
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe" is a directory
+        # The zone as the model sent it, never repr(): the redactor finds a saved password
+        # in the very text the model wrote.
+        return {"error": f'unknown time zone "{name}"; use an IANA name like Europe/Paris'}
     now = datetime.now(UTC).astimezone(zone)
-    return {"timezone": str(name), "iso": now.isoformat(timespec="seconds"),
+    return {"timezone": name, "iso": now.isoformat(timespec="seconds"),
             "weekday": now.strftime("%A"), "utcOffset": now.strftime("%z")}
 
 

@@ -23,6 +23,7 @@ from gateway.testing.slack import FakeSlack
 from gateway.testing.telegram import SECRET as TELEGRAM_SECRET
 from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
 from gateway.testing.telegram import FakeTelegramChats
+from tests.fakes.anthropic import FakeAnthropic
 from tests.fakes.loop import LoopChannel
 from tests.fakes.website import Website
 from tests.helpers import Clock
@@ -33,15 +34,26 @@ ON_POSTGRES = os.environ.get("CLOUDYBOT_TEST_BACKEND") == "postgresql"
 __all__ = ["postgres_database", "postgres_url"]  # fixtures, for every test module
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On PostgreSQL, skip the tests that work on the SQLite file itself (saying why)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On PostgreSQL, run the tests whose gateway's store is the one ``make_settings`` makes
+    (every test of a gateway, its API and its channels): the others would run exactly as they
+    did on SQLite. Skip, saying why, those that work on the SQLite file itself."""
     if not ON_POSTGRES:
         return
     skip = pytest.mark.skip(reason="works on the SQLite file itself; the suite runs on "
                             "PostgreSQL (CLOUDYBOT_TEST_BACKEND=postgresql)")
+    kept, elsewhere = [], []
     for item in items:
+        if "make_settings" not in getattr(item, "fixturenames", ()):
+            elsewhere.append(item)
+            continue
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(skip)
+        kept.append(item)
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = kept
+
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy")
@@ -53,6 +65,15 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+async def anthropic() -> AsyncIterator[FakeAnthropic]:
+    """A fake Anthropic Messages API on loopback, as strict as the real one."""
+    fake = FakeAnthropic()
+    await fake.start()
+    yield fake
+    await fake.close()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from gateway.billing.credits import period_of
+from gateway.cli.datadir import NEW_DATABASE
 from gateway.config.settings import OPTIONS, Settings
 from gateway.store import Store
 from gateway.store.backends import store_for
@@ -68,9 +69,12 @@ async def assert_json_error(response: ClientResponse, status: int,
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    """A CLI run that failed with ``code`` and exactly one stderr line, no traceback; the line."""
+    """A CLI run that failed with ``code`` and exactly one stderr line, no traceback; the line.
+    The warning of a command that found no database comes before it (it tells why a user or a
+    session is not there; ``tests/test_cli_first_run.py`` checks it)."""
     assert result.returncode == code, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
+    lines = [line for line in result.stderr.strip().splitlines()
+             if not line.startswith(NEW_DATABASE)]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     return lines[0]
@@ -104,6 +108,14 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     async def poll() -> None:
         while not predicate():
             await asyncio.sleep(0.005)  # a bounded poll of something the fakes recorded
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def until_async(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    """:func:`until` for a check that has to await (a store read)."""
+    async def poll() -> None:
+        while not await check():
+            await asyncio.sleep(0.005)  # a bounded poll of what the store holds
     await asyncio.wait_for(poll(), timeout)
 
 

@@ -221,6 +221,19 @@ async def test_saving_a_login_answers_site_and_username_never_the_password(
     assert "another-Secret-77" not in listed_text
 
 
+async def test_a_site_is_an_ascii_host_with_a_port_from_1_to_65535(harness: Harness) -> None:
+    auth = await harness.user()
+    for site, saved in (("Bank.Example.COM", "bank.example.com"), (" a.b:00080 ", "a.b:00080"),
+                        ("[::1]:65535", "[::1]:65535")):
+        response = await save_login(harness, auth, site=site)
+        assert response.status == 200, site
+        assert saved in [c["site"] for c in await response.json()]
+    # the Kelvin sign lower-cases to an ASCII "k", but is no host name's letter
+    for site in ("\u212aelvin.example", "a.b:0", "a.b:65536", "a.b:000080", "a_b.example"):
+        response = await save_login(harness, auth, site=site)
+        await assert_json_error(response, 400, "invalid_site")
+
+
 async def test_saved_logins_are_per_user(harness: Harness, fake_llm: FakeLLM) -> None:
     alice = await harness.user("alice")
     bob = await harness.user("bob")

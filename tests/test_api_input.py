@@ -299,7 +299,7 @@ async def test_unknown_routes_are_json_404(harness: Harness) -> None:
     ("GET", "/chat"),
     ("PUT", "/chat"),
     ("POST", "/api/user/credits"),
-    ("PATCH", "/api/threads/t1"),
+    ("PUT", "/api/threads/t1"),  # PATCH renames it
     ("POST", "/api/threads"),
     ("GET", "/api/threads/t1/clear"),
     ("POST", "/api/user/memory?threadId=t1"),
@@ -310,6 +310,21 @@ async def test_wrong_method_is_json_405(harness: Harness, method: str, path: str
     auth = await harness.user()
     response = await harness.client.request(method, path, headers=auth)
     await assert_json_error(response, 405)
+    # RFC 9110: a 405 names the methods the resource takes
+    allowed = {m.strip() for m in response.headers["Allow"].split(",")}
+    assert method not in allowed and allowed & {"GET", "POST", "PUT", "DELETE"}
+
+
+async def test_a_thread_page_cursor_is_ascii_digits_only(harness: Harness) -> None:
+    auth = await harness.user()
+    fine = await harness.client.get("/api/threads", headers=auth,
+                                    params={"before": "2026-12-03T10:00:00.5Z~42"})
+    assert fine.status == 200
+    # Arabic-Indic digits are digits to str.isdigit() and to \d, never in a cursor we give out
+    for cursor in ("\u0662026-12-03T10:00:00Z~1", "2026-12-03T10:00:00Z~\u0664\u0662", ""):
+        response = await harness.client.get("/api/threads", headers=auth,
+                                            params={"before": cursor})
+        await assert_json_error(response, 400, "invalid_before")
 
 
 PROTECTED_ROUTES = [

@@ -15,7 +15,7 @@ import pytest
 
 from gateway import Gateway
 from gateway.base.tokens import load_encoding
-from gateway.billing.credits import charge_for, period_of
+from gateway.billing.credits import CallUsage, charge_for, period_of
 from gateway.config.settings import DEFAULT_PLANS, Plan, Price, Settings
 from gateway.store import Charge
 from gateway.store.migrations import MIGRATIONS
@@ -74,7 +74,7 @@ def test_a_call_costs_whole_credits_rounded_up_at_the_models_price(
         credits: int) -> None:
     settings = make_settings(llm_model=model, prices={
         "default": Price(1.0, 3.0), "priced": Price(2.5, 10.0), "float-noise": Price(1.1, 0.0)})
-    assert charge_for(settings, "chat", model, prompt, completion_) == Charge(
+    assert charge_for(settings, "chat", CallUsage(model, model, prompt, completion_)) == Charge(
         "chat", model, prompt, completion_, credits)
 
 
@@ -179,8 +179,8 @@ async def test_summarization_without_reported_usage_is_charged_from_tiktoken_cou
                                 -(-(prompt * 100 + done * 1000) // 1000))
 
 
-# SPEC §11: the price is the configured model's, whatever model the provider says it ran; the
-# ledger row keeps the reported name for information.
+# SPEC §11: the price is the configured model's, whatever model the provider says it ran; so is
+# the ledger row's name (the provider's word is outside text: only logged, masked).
 @pytest.mark.parametrize(("configured", "reported", "credits"), [
     ("fake-model", "fake-model", 10),  # the model's own price
     ("fake-model", "fake-model-2026-01-01", 10),  # an unpriced snapshot
@@ -201,7 +201,7 @@ async def test_price_is_the_configured_models_then_default_whatever_model_is_rep
     assert response.status == 200
     assert (await response.json())["usage"]["credits"] == credits
     ledger = await assert_ledger_matches_balances(harness.gateway, "alice")
-    assert ledger[-1] == Charge("chat", reported, 1000, 0, credits)
+    assert ledger[-1] == Charge("chat", configured, 1000, 0, credits)
 
 
 # --- the ledger behind both balances -----------------------------------------------------------
@@ -417,7 +417,7 @@ async def test_concurrent_turns_on_a_pricier_reported_model_overspend_by_one_tur
     ledger = await assert_ledger_matches_balances(harness.gateway, "alice")
     # SPEC §11: the configured model's price, not the pricier one the provider names.
     assert {(row.model, row.credits) for row in ledger if row.kind == "chat"} == {
-        ("fake-model-large", TURN_COST)}
+        (harness.gateway.settings.llm_model, TURN_COST)}
     assert (await credits_body(harness, auth))["credits"] >= -RESERVATION
 
 

@@ -11,6 +11,7 @@ nothing secret reaches transcripts, sessions or logs.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sys
@@ -40,9 +41,10 @@ def browse(*steps: dict[str, Any], reply: str = "Done.") -> list[Scripted]:
 
 def tool_results(fake_llm: FakeLLM) -> list[str]:
     """The tool results of the latest turn, in order (its last request holds them all, after
-    the turn's user message; earlier turns' exchanges come before it)."""
+    the turn's user message, the text one; earlier turns' exchanges come before it)."""
     messages = fake_llm.chat_requests[-1].messages
-    start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    start = max(i for i, m in enumerate(messages)
+                if m["role"] == "user" and isinstance(m["content"], str))
     return [m["content"] for m in messages[start:] if m["role"] == "tool"]
 
 
@@ -169,6 +171,30 @@ async def test_read_returns_a_table_as_rows_and_the_next_turn_knows_the_page(
     assert f"The browser's current page: Cities — {website.base}/table" in system
 
 
+async def test_a_vision_model_sees_the_screenshot_unless_a_saved_login_was_filled_in(
+        start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
+    harness = await start_gateway(llm_vision=True, **ALLOWED)
+    auth = await harness.user()
+    fake_llm.script += browse({"action": "open", "url": f"{website.base}/table"},
+                              {"action": "screenshot"}, reply="A table of cities.")
+    await chat(harness, auth, "what does the page look like?")
+    shown = fake_llm.chat_requests[-1].messages[-1]
+    assert shown["role"] == "user"
+    url = shown["content"][-1]["image_url"]["url"]
+    assert base64.b64decode(url.removeprefix("data:image/png;base64,")).startswith(b"\x89PNG")
+    assert tool_results(fake_llm)[-1].endswith("[1 picture: shown in the next message]")
+
+    await save_login(harness, auth, website.site)
+    fake_llm.script += browse({"action": "open", "url": f"{website.base}/login"},
+                              {"action": "fill_credential", "site": website.site},
+                              {"action": "screenshot"}, reply="Signed in.")
+    await chat(harness, auth, "sign in and show me")
+    shot = json.loads(tool_results(fake_llm)[-1])
+    assert shot["picture"] == "not shown: a saved login was filled in on this page"
+    assert all(m["role"] != "user" or isinstance(m["content"], str)
+               for m in fake_llm.chat_requests[-1].messages)
+
+
 async def test_click_fill_and_bad_calls_answer_the_model_without_failing_the_turn(
         start_gateway: Start, fake_llm: FakeLLM, website: Website) -> None:
     harness = await start_gateway(**ALLOWED)
@@ -188,7 +214,7 @@ async def test_click_fill_and_bad_calls_answer_the_model_without_failing_the_tur
     results = tool_results(fake_llm)
     assert results[0] == "error: no page is open in this conversation; use action open first"
     assert json.loads(results[4])["title"] == "Wrong password"
-    assert results[5].startswith("error: nothing on the page matches 'No such button'")
+    assert results[5].startswith('error: nothing on the page matches "No such button"')
     assert results[6].startswith("error: 'action' must be one of open, read")
     assert website.logins == [("bob@example.com", "wrong-password")]
 
@@ -223,12 +249,17 @@ async def test_loopback_pages_are_refused_by_default(
     auth = await harness.user()
     fake_llm.script += browse({"action": "open", "url": f"{website.base}/login"},
                               {"action": "open", "url": "http://169.254.169.254/latest/"},
-                              {"action": "open", "url": "file:///etc/passwd"})
+                              {"action": "open", "url": "file:///etc/passwd"},
+                              {"action": "open", "url": "http://[64:ff9b::a9fe:a9fe]/latest/"},
+                              {"action": "open", "url": "http://192.0.0.192/"})
 
     await chat(harness, auth, "open the local page")
 
-    local, metadata, file = tool_results(fake_llm)
-    assert local.startswith("error: refused: 127.0.0.1 is 127.0.0.1, a loopback")
+    local, metadata, file, nat64, protocol = tool_results(fake_llm)
+    assert nat64.startswith("error: refused: 64:ff9b::a9fe:a9fe is 64:ff9b::a9fe:a9fe, the "
+                            "NAT64 form of 169.254.169.254, link-local")
+    assert protocol.startswith("error: refused: 192.0.0.192 is 192.0.0.192, IETF protocol")
+    assert local.startswith("error: refused: 127.0.0.1 is 127.0.0.1, loopback (127.0.0.0/8)")
     assert metadata.startswith("error: refused: 169.254.169.254")
     assert file.startswith("error: url must be an http:// or https:// URL")
     assert website.hits == []

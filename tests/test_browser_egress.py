@@ -44,6 +44,29 @@ async def test_loopback_is_refused_for_plain_http_and_for_tunnels(website: Websi
     assert website.hits == [] and proxy.refused == 3
 
 
+@pytest.mark.parametrize("answer", ["192.0.0.192", "64:ff9b::7f00:1", "2002:7f00:1::",
+                                    "::7f00:1", "fec0::1", "::ffff:127.0.0.1"])
+async def test_a_host_resolving_to_a_special_form_is_refused_at_connect(
+        website: Website, answer: str) -> None:
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return [answer]
+
+    proxy = EgressProxy(allow_private=False, resolve=resolve)
+    await proxy.start()
+    try:
+        status, text = await proxied_get(proxy, f"http://site.test:{website.port}/table")
+        tunnel = await raw_exchange(
+            proxy, f"CONNECT site.test:{website.port} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        await proxy.close()
+    assert status == 403 and f"refused by the gateway: site.test is {answer}, " in text
+    assert tunnel.startswith(b"HTTP/1.1 403 Forbidden")
+    assert asked == ["site.test"] * 2 and proxy.refused == 2 and website.hits == []
+
+
 async def test_allowed_requests_are_forwarded_one_per_connection(website: Website) -> None:
     proxy = EgressProxy(allow_private=True)
     await proxy.start()

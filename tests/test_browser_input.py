@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.tools import ToolContext
+from gateway.tools import ToolContext, ToolOutput
 from plugins.browser import pool_of
 from plugins.browser.actions import ACTIONS
 from tests.conftest import Harness
@@ -41,7 +41,12 @@ async def no_dns(host: str, port: int) -> list[str]:
 
 
 def readable(result: Any) -> None:
-    """What the model reads: text, or a JSON-able object."""
+    """What the model reads: text, a JSON-able object, or text with pictures (a screenshot:
+    JSON text and its PNG)."""
+    if isinstance(result, ToolOutput):
+        json.loads(result.text)
+        assert all(picture.data.startswith(b"\x89PNG") for picture in result.pictures), result
+        return
     assert isinstance(result, str | dict), result
     json.dumps(result)
 

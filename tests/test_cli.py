@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
@@ -492,6 +493,33 @@ async def test_a_revoked_token_is_refused(harness: Harness, data_dir: Path) -> N
     assert response.status == 401
 
 
+async def test_users_token_says_what_it_ends_and_ends_sessions_when_asked(
+        harness: Harness, data_dir: Path) -> None:
+    auth = await harness.user("alice")
+    token = auth["Authorization"].removeprefix("Bearer ")
+    database = harness.gateway.settings.database_url
+    env = {"CLOUDYBOT_DATABASE_URL": database} if database else {}
+    signed_in = await harness.client.post("/auth/session", json={"token": token})
+    assert signed_in.status == 200, await signed_in.text()
+    link = await acloudybot(data_dir, "users", "login-link", "alice", **env)
+    code = parse_qs(urlsplit(last_line(link)).query)["code"][0]
+
+    renewed = await acloudybot(data_dir, "users", "token", "alice", **env)
+    assert renewed.returncode == 0, renewed.stderr
+    assert "dashboard sessions and unused sign-in links still do" in renewed.stdout
+    assert (await harness.client.get("/api/threads")).status == 200  # the cookie still works
+
+    ended = await acloudybot(data_dir, "users", "token", "alice", "--revoke-sessions", **env)
+    assert ended.returncode == 0, ended.stderr
+    assert "ended 3 earlier token(s), dashboard session(s) and sign-in link(s)" in ended.stdout
+    assert (await harness.client.get("/api/threads")).status == 401
+    harness.client.session.cookie_jar.clear()
+    refused = await harness.client.post("/auth/login", json={"code": code})
+    assert refused.status == 401
+    newest = {"Authorization": f"Bearer {last_line(ended)}"}
+    assert (await harness.client.get("/api/threads", headers=newest)).status == 200
+
+
 def test_plans_lists_the_configured_plans(data_dir: Path, tmp_path: Path) -> None:
     config = tmp_path / "plans.toml"
     config.write_text("[plans.starter]\ncredits = 50\nbrowser_minutes = 0\nretention_days = 7\n"
@@ -506,7 +534,7 @@ def test_plans_lists_the_configured_plans(data_dir: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(("line", "expected"), [
     ("cloudybot us", {"users", "usage"}),
     ("cloudybot users ex", {"export"}),
-    ("cloudybot --config prod.toml users d", {"delete"}),
+    ("cloudybot --config prod.toml users d", {"delete", "demote"}),
     ("cloudybot serve --p", {"--port"}),
     ("cloudybot sessions ", {"list", "show", "export", "rotate", "--help"}),
 ])

@@ -28,7 +28,7 @@ SHIPPED_CONFIG = ROOT / "config" / "cloudybot.toml"
 
 # The built-in plugins' settings (an installed third-party plugin, the example, is not ours).
 BUILT_IN_PLUGINS = [group for group in declared_settings(make_plugin_manager())
-                    if group.name in ("openai", "anthropic", "browser", "slack", "telegram",
+                    if group.name in ("openai", "anthropic", "browser", "mcp", "slack", "telegram",
                                       "discord")]
 # Every option the shipped file documents: the core's and the built-in plugins'.
 ALL_OPTIONS: list[Declared] = [*OPTIONS, *(item for group in BUILT_IN_PLUGINS

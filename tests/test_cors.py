@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gateway.api.operations import OPERATIONS
 from gateway.testing.loopback import LoopbackServer
 from tests.conftest import Harness
 from tests.test_dashboard_browser import browser  # noqa: F401 (a fixture)
@@ -37,7 +38,8 @@ async def test_an_allowed_origin_gets_its_preflight_before_authentication(
 
     assert preflight.status == 204
     assert preflight.headers["Access-Control-Allow-Origin"] == DASH
-    assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
+    methods = preflight.headers["Access-Control-Allow-Methods"].split(", ")
+    assert {op.method for op in OPERATIONS} <= set(methods)  # PATCH (renaming) too
     allowed = preflight.headers["Access-Control-Allow-Headers"].lower()
     assert "authorization" in allowed and "content-type" in allowed
     assert "Origin" in preflight.headers.getall("Vary")

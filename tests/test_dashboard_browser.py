@@ -45,7 +45,13 @@ class Dashboard:
         self.harness = harness
         self.page = page
         self.errors: list[str] = []
+        self.violations: list[str] = []  # what the page's Content Security Policy refused
         page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.on("console", self._console)
+
+    def _console(self, message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            self.violations.append(message.text)
 
     def url(self, path: str = "/") -> str:
         return str(self.harness.client.make_url(path))
@@ -118,12 +124,50 @@ async def test_sign_in_with_a_login_link_works_once(dashboard: Dashboard) -> Non
     code = await dashboard.harness.gateway.accounts.login_link_code("alice")
     link = dashboard.url(f"/auth/login?code={code}")
     await dashboard.page.goto(link)
+    await dashboard.testid("sign-in-with-link").click()
     await dashboard.testid("composer").wait_for()
     await expect(dashboard.page.locator("#who")).to_have_text("alice")
+    # the code is not left in the address bar: the thread opened took its place
+    assert dashboard.page.url.startswith(dashboard.url("/#thread=chat-"))
     await dashboard.page.context.clear_cookies()
     await dashboard.page.goto(link)
+    await dashboard.testid("sign-in-with-link").click()
     await dashboard.page.get_by_text("used already or has expired").wait_for()
     assert await dashboard.testid("token-input").is_visible()
+
+
+async def session_cookies(dashboard: Dashboard) -> list[Any]:
+    return [c for c in await dashboard.page.context.cookies()
+            if c["name"] == "cloudybot_session"]
+
+
+async def test_another_site_cannot_sign_the_browser_into_its_account(
+        dashboard: Dashboard) -> None:
+    """Login CSRF, as a browser lives it: mallory's page posts her token as a plain form (the
+    one body a page may send anywhere without asking), or sends the browser to her login
+    link; the browser must not end up signed in as mallory."""
+    token = (await dashboard.harness.user("mallory"))["Authorization"].removeprefix("Bearer ")
+    code = await dashboard.harness.gateway.accounts.login_link_code("mallory")
+    form = (f'<form method="POST" action="{dashboard.url("/auth/session")}" '
+            'enctype="text/plain"><input name=\'{"token": "' + token + '", "x": "\' '
+            'value=\'"}\'></form><script>document.forms[0].submit()</script>')
+    pages = {"http://evil.test/form": form,
+             "http://evil.test/link": "<script>location.href = "
+                                      f"'{dashboard.url(f'/auth/login?code={code}')}'</script>"}
+
+    async def serve(route: Any) -> None:
+        await route.fulfill(status=200, content_type="text/html", body=pages[route.request.url])
+
+    await dashboard.page.route("http://evil.test/**", serve)
+    await dashboard.page.goto("http://evil.test/form")
+    await dashboard.page.wait_for_url(dashboard.url("/auth/session"))
+    await expect(dashboard.page.locator("body")).to_contain_text("cross_site")
+    assert await session_cookies(dashboard) == []
+
+    await dashboard.page.goto("http://evil.test/link")
+    await dashboard.testid("sign-in-with-link").wait_for()  # the person is asked first
+    assert await session_cookies(dashboard) == []
+    assert await dashboard.harness.gateway.accounts.redeem_login_code(code) is not None
 
 
 async def test_a_reply_streams_into_the_transcript(dashboard: Dashboard,

@@ -4,10 +4,12 @@ CSRF token; sign-out ends the session on the server; the Bearer API is unchanged
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 import pytest
 
 from gateway.accounts.access import LOGIN_LINK_SECONDS
@@ -75,7 +77,8 @@ async def test_the_bearer_api_works_as_before_without_csrf(harness: Harness) -> 
                                         json={"key": "k", "value": "v"}, headers=auth)
     assert response.status == 200
     session = await (await harness.client.get("/api/session", headers=auth)).json()
-    assert session == {"userId": "alice", "csrf": None}
+    assert session == {"userId": "alice", "csrf": None, "vision": False,
+                       "maxImageBytes": 5_000_000, "admin": False}
 
 
 async def test_sign_out_ends_the_session_on_the_server(harness: Harness) -> None:
@@ -96,7 +99,8 @@ async def test_bad_sign_ins_are_4xx(harness: Harness) -> None:
     await assert_json_error(response, 401, "unauthorized")
     response = await harness.client.post("/auth/session", json={"token": 42})
     await assert_json_error(response, 400, "invalid_token")
-    response = await harness.client.post("/auth/session", data=b"{not json")
+    response = await harness.client.post("/auth/session", data=b"{not json",
+                                         headers={"Content-Type": "application/json"})
     await assert_json_error(response, 400, "invalid_json")
     assert not [c for c in harness.client.session.cookie_jar if c.key == COOKIE]
     response = await harness.client.get("/api/threads", headers={"Cookie": f"{COOKIE}=made-up"})
@@ -114,6 +118,15 @@ async def test_a_session_of_one_user_never_reads_another_users_thread(
     await assert_json_error(response, 404, "thread_not_found")
 
 
+async def sign_in_with_link(harness: Harness, code: str) -> aiohttp.ClientResponse:
+    """What the dashboard does with a link: open it (no cookie yet), then POST its code."""
+    opened = await harness.client.get("/auth/login", params={"code": code},
+                                      allow_redirects=False)
+    assert (opened.status, opened.headers["Location"]) == (303, f"/#login={code}")
+    assert "Set-Cookie" not in opened.headers  # following a link signs no one in
+    return await harness.client.post("/auth/login", json={"code": code})
+
+
 @pytest.mark.sqlite_only
 async def test_a_login_link_from_the_cli_signs_in_once(
         data_dir: Path, start_clocked: StartGateway, clock: Clock) -> None:
@@ -126,16 +139,15 @@ async def test_a_login_link_from_the_cli_signs_in_once(
     assert (link.scheme, link.netloc, link.path) == ("https", "bot.example.com", "/auth/login")
     code = parse_qs(link.query)["code"][0]
 
-    response = await harness.client.get("/auth/login", params={"code": code},
-                                        allow_redirects=False)
-    assert (response.status, response.headers["Location"]) == (303, "/")
+    response = await sign_in_with_link(harness, code)
+    assert response.status == 200
+    assert (await response.json())["userId"] == "alice"
     assert "HttpOnly" in response.headers["Set-Cookie"]
     assert (await (await harness.client.get("/api/session")).json())["userId"] == "alice"
 
     harness.client.session.cookie_jar.clear()
-    again = await harness.client.get("/auth/login", params={"code": code},
-                                     allow_redirects=False)
-    assert (again.status, again.headers["Location"]) == (303, "/#link-expired")
+    again = await sign_in_with_link(harness, code)
+    await assert_json_error(again, 401, "link_expired")
     assert "Set-Cookie" not in again.headers
 
 
@@ -145,14 +157,70 @@ async def test_a_login_link_expires_after_fifteen_minutes(
     await harness.user()
     code = await harness.gateway.accounts.login_link_code("alice")
     clock.advance(LOGIN_LINK_SECONDS + 1)
-    response = await harness.client.get("/auth/login", params={"code": code},
-                                        allow_redirects=False)
-    assert response.headers["Location"] == "/#link-expired"
+    await assert_json_error(await sign_in_with_link(harness, code), 401, "link_expired")
     fresh = await harness.gateway.accounts.login_link_code("alice")
     clock.advance(LOGIN_LINK_SECONDS - 60)
-    response = await harness.client.get("/auth/login", params={"code": fresh},
-                                        allow_redirects=False)
-    assert response.headers["Location"] == "/"
+    assert (await sign_in_with_link(harness, fresh)).status == 200
+
+
+def no_cookie(harness: Harness) -> bool:
+    return not [c for c in harness.client.session.cookie_jar if c.key == COOKIE]
+
+
+async def test_another_sites_page_cannot_sign_a_browser_in(harness: Harness) -> None:
+    """Login CSRF: a page elsewhere posts the attacker's token or link code so that the
+    victim's browser is signed into the attacker's account. Every cookie-setting route answers
+    only the gateway's own pages, and takes only JSON (which a plain form cannot send)."""
+    token = (await harness.user())["Authorization"].removeprefix("Bearer ")
+    own = str(harness.client.make_url("/")).rstrip("/")
+    path, body = "/auth/session", {"token": token}
+    # what a cross-site <form enctype="text/plain"> (or urlencoded) sends: refused as such
+    for form in ({"Content-Type": "text/plain"},
+                 {"Content-Type": "application/x-www-form-urlencoded"},
+                 {"Content-Type": "text/plain", "Origin": own}):
+        response = await harness.client.post(path, data=json.dumps(body), headers=form)
+        await assert_json_error(response, 415, "unsupported_media_type")
+    for elsewhere in ({"Origin": "https://evil.example"}, {"Origin": "null"},
+                      {"Origin": own.replace("http://", "https://")},
+                      {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                      {"Sec-Fetch-Site": "cross-site", "Origin": own},
+                      {"Origin": "https://evil.example", "Content-Type": "text/plain"}):
+        response = await harness.client.post(path, data=json.dumps(body), headers={
+            "Content-Type": "application/json", **elsewhere})
+        await assert_json_error(response, 403, "cross_site")
+    assert no_cookie(harness)
+    # the gateway's own page (a same-origin fetch says so), or no page at all (curl)
+    for own_page in ({"Origin": own}, {"Sec-Fetch-Site": "same-origin"},
+                     {"Sec-Fetch-Site": "same-origin", "Origin": "https://proxied.example"},
+                     {}):
+        response = await harness.client.post(path, json=body, headers=own_page)
+        assert response.status == 200, (own_page, await response.text())
+        assert not no_cookie(harness)
+        harness.client.session.cookie_jar.clear()
+
+    code = await harness.gateway.accounts.login_link_code("alice")
+    response = await harness.client.post("/auth/login", data=json.dumps({"code": code}),
+                                         headers={"Content-Type": "text/plain"})
+    await assert_json_error(response, 415, "unsupported_media_type")
+    response = await harness.client.post("/auth/login", json={"code": code},
+                                         headers={"Sec-Fetch-Site": "cross-site"})
+    await assert_json_error(response, 403, "cross_site")
+    assert no_cookie(harness)
+    response = await harness.client.post("/auth/login", json={"code": code},
+                                         headers={"Sec-Fetch-Site": "same-origin"})
+    assert response.status == 200 and not no_cookie(harness)  # refused ones did not spend it
+
+
+async def test_another_sites_page_cannot_sign_a_browser_out(harness: Harness) -> None:
+    csrf = await sign_in(harness, await harness.user())
+    response = await harness.client.delete("/api/session", headers={
+        "X-CSRF-Token": csrf, "Origin": "https://evil.example"})
+    await assert_json_error(response, 403, "cross_site")
+    assert "Set-Cookie" not in response.headers
+    assert (await harness.client.get("/api/session")).status == 200  # still signed in
+    response = await harness.client.delete("/api/session", headers={
+        "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-origin"})
+    assert response.status == 204
 
 
 async def test_a_login_link_for_nobody_is_refused(data_dir: Path, harness: Harness) -> None:

@@ -19,7 +19,7 @@ from tests.conftest import Harness
 from tests.helpers import until
 
 StartDiscord = Callable[..., Awaitable[Harness]]
-BUILT_IN = ["forget", "help", "memory", "new", "remember", "usage"]
+BUILT_IN = ["forget", "help", "jobs", "memory", "new", "remember", "remind", "usage"]
 
 
 async def answered(fake: FakeDiscord, interaction: Interaction,

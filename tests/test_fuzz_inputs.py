@@ -169,8 +169,11 @@ async def assert_no_5xx_anywhere(harness: Harness, headers: list[tuple[bytes, by
     """Send the request to every route; fail on a 5xx or an error that is not the SPEC's
     JSON object."""
     for method, path in route_list(harness):
-        response = await raw_exchange(harness, http_request(method, path + QUERY, headers,
-                                                            body))
+        try:
+            response = await raw_exchange(harness, http_request(method, path + QUERY, headers,
+                                                                body))
+        except TimeoutError:
+            raise AssertionError(("no answer", method, path, headers, body[:200])) from None
         context = (method, path, headers, body[:200], response)
         assert response.status < 500, context
         if response.status >= 400:

@@ -10,13 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
+from gateway.accounts.secrets import KEY_FILE_NAME, SecretBox, load_or_create_key
 from gateway.cli.migrate import CONVERT, TABLES
+from gateway.kit.inbound import SEALED_AS
 from gateway.memory.sessions import RotationRule, SessionStore
 from gateway.store import (
+    AuditEntry,
     ChannelMessage,
     Charge,
     InboxEntry,
+    JobOutcome,
     NewMessage,
     ThreadRef,
     TurnCommit,
@@ -24,8 +29,10 @@ from gateway.store import (
 )
 from gateway.store.events import message_created
 from gateway.store.sqlite import SQLiteStore
+from gateway.webhooks.dispatcher import seal_context
 from tests.conftest import Harness
 from tests.test_cli import acloudybot
+from tests.test_store_contract import job
 
 StartGateway = Callable[..., Awaitable[Harness]]
 
@@ -34,17 +41,24 @@ async def seed(data_dir: Path, threads: int) -> None:
     """A deployment: two users, ``threads`` threads with turns, pinned keys, a specialist, a
     saved login, a summary, the ledger, an inbox message answered into the outbox."""
     store = SQLiteStore(data_dir / "cloudybot.sqlite3")
+    box = SecretBox(load_or_create_key("", data_dir))  # sealed as the gateway seals them
     await store.open()
     try:
         await store.create_user("alice", "pro", 100_000, 60, "2026-12")
         await store.create_user("bob", "free", 10, 0, "2026-12")
         await store.replace_token("alice", "token-hash")
+        await store.set_flag("alice", "admin", True,
+                             AuditEntry("root", "user.promote", "alice", {}, "cli"))
+        await store.set_daily_credits("bob", 40, AuditEntry("root", "budget.set", "bob",
+                                                            {"dailyCredits": 40}, "cli"))
         await store.put_specialist("alice", "chef", "Cook.")
-        await store.put_credential("alice", "example.com", b"\x00\xffsealed")
+        await store.put_credential("alice", "example.com", box.seal(
+            {"username": "ada", "password": "hunter2"}, "alice"))
         await store.inbox_add(InboxEntry("telegram", "m1", "alice--t0", '{"chat": 1}', 4096,
-                                         b"payload"))
+                                         box.seal({"message": "{}"}, SEALED_AS)))
         await store.create_webhook(Webhook("wh_" + "a" * 24, "alice", "https://example.com/h",
-                                           ("message.created",), b"\x01sealed",
+                                           ("message.created",),
+                                           box.seal({"secret": "s"}, seal_context("alice")),
                                            "2026-12-01T00:00:00.000000Z"))
         for index in range(threads):
             ref = ThreadRef("alice", f"t{index}", f"alice--t{index}", "dashboard")
@@ -55,7 +69,14 @@ async def seed(data_dir: Path, threads: int) -> None:
                 [Charge("chat", "m", 10, 5, 1)],
                 ChannelMessage("telegram", "m1") if index == 0 else None,
                 events=(message_created(ref, f"a{index} — ok", []),)))
+        await store.set_title("alice--t1", "Named thread")
         await store.create_web_session("session-hash", "alice", "csrf", 2e9)
+        await store.set_time_zone("alice", "Europe/Paris")
+        await store.create_job(job("alice", next_run=100.0), 10)
+        (lease,) = await store.claim_jobs(100.0, 30, 10)
+        await store.finish_job(JobOutcome(lease.job.id, lease.token, 100.0, "skipped",
+                                          next_run=200.0))
+        await store.create_job(job("alice", job_id="job_b", next_run=300.0), 10)
     finally:
         await store.close()
 
@@ -95,6 +116,11 @@ async def test_every_row_of_a_1000_thread_deployment_arrives(
     assert await postgres_rows(postgres_url) == expected
     assert len(expected["display_messages"]) == 2000 and len(expected["outbox"]) == 1
     assert len(expected["webhook_deliveries"]) == 1000
+    assert (len(expected["jobs"]), len(expected["job_runs"])) == (2, 1)
+    assert len(expected["audit_log"]) == 2 and {(row[0], row[7], row[9]) for row in
+                                                 expected["users"]} == {
+        ("alice", True, None), ("bob", False, 40)}  # alice's flag, bob's cap
+    assert len(expected["usage_days"]) == 1 and len(expected["usage_hours"]) == 4
 
     # a second run finds the target full and refuses, changing nothing
     again = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
@@ -116,6 +142,10 @@ async def test_every_row_of_a_1000_thread_deployment_arrives(
     memory = await (await harness.client.get("/api/user/memory", params={"threadId": "t5"},
                                              headers=auth)).json()
     assert memory["memory"] == {"name": "Ada 5"}
+    for q, found in (("named", ["t1"]), ("q999", ["t999"]), ("after move", ["t5"])):
+        answer = await (await harness.client.get("/api/threads", params={"q": q},
+                                                 headers=auth)).json()
+        assert [t["threadId"] for t in answer["threads"]] == found, q  # titles, index too
 
 
 async def test_migrate_refuses_what_it_cannot_use(data_dir: Path, tmp_path: Path) -> None:
@@ -161,3 +191,68 @@ async def test_session_files_become_the_databases_sessions_line_for_line(
     finally:
         await conn.close()
     assert replay == 3
+
+
+async def saved_logins(harness: Harness) -> list[dict[str, Any]]:
+    token = await harness.gateway.accounts.issue_token("alice")
+    response = await harness.client.get("/api/user/browser-credentials",
+                                        headers={"Authorization": f"Bearer {token}"})
+    assert response.status == 200
+    listed: list[dict[str, Any]] = await response.json()
+    return listed
+
+
+async def test_the_secret_key_comes_along_and_saved_logins_open_on_postgresql(
+        tmp_path: Path, postgres_url: str, start_gateway: StartGateway) -> None:
+    source, target = tmp_path / "sqlite-data", tmp_path / "data"  # the gateway's is `data`
+    await seed(source, 1)
+    result = await acloudybot(target, "migrate", "--from-sqlite", str(source),
+                              "--to", postgres_url)
+    assert result.returncode == 0, result.stderr
+    assert f"copied the secret key {source / KEY_FILE_NAME} to {target / KEY_FILE_NAME}" \
+        in result.stdout
+    assert (target / KEY_FILE_NAME).read_bytes() == (source / KEY_FILE_NAME).read_bytes()
+    assert (target / KEY_FILE_NAME).stat().st_mode & 0o777 == 0o600
+
+    harness = await start_gateway(database_url=postgres_url)  # on `target`
+    assert await saved_logins(harness) == [{"site": "example.com", "username": "ada"}]
+
+
+async def test_a_key_that_does_not_open_the_saved_logins_is_refused_before_any_copy(
+        tmp_path: Path, postgres_url: str) -> None:
+    source, target = tmp_path / "sqlite-data", tmp_path / "data"
+    await seed(source, 1)
+    result = await acloudybot(target, "migrate", "--from-sqlite", str(source),
+                              "--to", postgres_url, CLOUDYBOT_SECRET_KEY="another key")
+    assert result.returncode == 1
+    assert "a saved login of" in result.stderr and "CLOUDYBOT_SECRET_KEY" in result.stderr
+    assert str(source / KEY_FILE_NAME) in result.stderr and "Nothing was copied" in result.stderr
+    assert not (target / KEY_FILE_NAME).exists()
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('users')") is None  # not even a schema
+    finally:
+        await conn.close()
+
+    (source / KEY_FILE_NAME).unlink()  # sealed with a key migrate cannot know
+    lost = await acloudybot(target, "migrate", "--from-sqlite", str(source),
+                            "--to", postgres_url)
+    assert lost.returncode == 1 and "the same for migrate and for the PostgreSQL" \
+        in lost.stderr
+
+
+@pytest.mark.sqlite_only
+async def test_migrating_from_the_folder_of_a_running_gateway_is_refused(
+        data_dir: Path, postgres_url: str, start_gateway: StartGateway) -> None:
+    await seed(data_dir, 1)
+    harness = await start_gateway()  # a gateway on the SQLite folder
+    refused = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                               "--to", postgres_url)
+    assert refused.returncode == 1, refused.stdout
+    assert f"{data_dir} is in use: a running gateway" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    await harness.client.close()  # the gateway stops: the folder is free
+    moved = await acloudybot(data_dir, "migrate", "--from-sqlite", str(data_dir),
+                             "--to", postgres_url)
+    assert moved.returncode == 0, moved.stderr

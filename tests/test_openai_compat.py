@@ -142,6 +142,36 @@ async def test_errors_are_openai_shaped(harness: Harness) -> None:
     assert refused.value.type == "authentication_error"
 
 
+async def test_more_than_one_choice_is_refused_not_answered_once(
+        harness: Harness, fake_llm: FakeLLM) -> None:
+    client = await async_client(harness, await token_of(harness))
+    model = harness.gateway.settings.llm_model
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as many:
+            await client.chat.completions.create(
+                model=model, extra_headers=THREAD, n=3, stream=stream,
+                messages=[{"role": "user", "content": "three answers please"}])
+        assert (many.value.code, many.value.param) == ("unsupported_value", "n")
+        assert many.value.type == "invalid_request_error"  # type: ignore[attr-defined]
+    # refused before the turn: nothing asked of the model, stored or billed
+    assert fake_llm.chat_requests == []
+    assert await harness.gateway.store.get_thread("alice--sdk-thread") is None
+    assert "chat" not in [row.kind for row in await harness.gateway.store.ledger("alice")]
+    headers = {"Authorization": f"Bearer {client.api_key}", **THREAD}
+    for n in (0, -1, 1.5, "1", True, [1]):
+        response = await harness.client.post("/v1/chat/completions", headers=headers, json={
+            "n": n, "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status == 400, n
+        error = (await response.json())["error"]
+        assert (error["code"], error["param"], error["type"]) == (
+            "invalid_value", "n", "invalid_request_error"), n
+    for n in (1, None):  # one choice, asked for or not: answered as before
+        answer = await client.chat.completions.create(
+            model=model, extra_headers=THREAD, n=n,
+            messages=[{"role": "user", "content": "one answer"}])
+        assert [c.message.content for c in answer.choices] == ["echo: one answer"]
+
+
 async def test_a_user_out_of_credits_hears_insufficient_quota(harness: Harness) -> None:
     _, token = await harness.gateway.accounts.add_user("bob", credits=0)
     client = await async_client(harness, token)
@@ -163,6 +193,35 @@ async def test_bad_bodies_are_400_not_500(harness: Harness) -> None:
         assert response.status == 400, body
         error = (await response.json())["error"]
         assert set(error) == {"message", "type", "code", "param"}
+
+
+async def test_fields_of_the_wrong_type_are_400_not_ignored(harness: Harness,
+                                                            fake_llm: FakeLLM) -> None:
+    headers = {"Authorization": f"Bearer {await token_of(harness)}", **THREAD}
+    hello = [{"role": "user", "content": "hi"}]
+    for extra, param in (({"stream": "yes"}, "stream"), ({"stream": 1}, "stream"),
+                         ({"stream_options": {"include_usage": {}}},
+                          "stream_options.include_usage"),
+                         ({"stream_options": []}, "stream_options"),
+                         ({"metadata": "t1"}, "metadata"), ({"model": 5}, "model"),
+                         ({"messages": [7, *hello]}, "messages"),
+                         ({"messages": [{"content": "x"}, *hello]}, "messages"),
+                         ({"messages": [{"role": "system", "content": 5}, *hello]}, "messages")):
+        response = await harness.client.post("/v1/chat/completions", headers=headers,
+                                             json={"messages": hello, **extra})
+        assert response.status == 400, extra
+        assert (await response.json())["error"]["param"] == param, extra
+    # metadata.thread_id is checked even when the header names the thread
+    response = await harness.client.post("/v1/chat/completions", headers=headers, json={
+        "messages": hello, "metadata": {"thread_id": ".."}})
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_thread_id"
+    assert fake_llm.chat_requests == []
+    # null is "not given", as OpenAI's SDKs send it
+    response = await harness.client.post("/v1/chat/completions", headers=headers, json={
+        "messages": hello, "stream": None, "stream_options": None, "metadata": None,
+        "model": None})
+    assert response.status == 200
 
 
 async def test_a_stream_whose_reply_starts_over_ends_with_the_stored_reply(

@@ -167,7 +167,8 @@ async def test_the_channel_reads_them_and_describe_shows_state_and_masked_secret
     assert pigeon.channels == (("pigeon", True),)
     assert "[plugins.pigeon] token = (set, not shown)  (CLOUDYBOT_PIGEON_TOKEN)" in \
         pigeon.settings
-    assert "[plugins.pigeon] birds = 3  (CLOUDYBOT_PIGEON_BIRDS)" in pigeon.settings
+    assert "[plugins.pigeon] birds = 3  (CLOUDYBOT_PIGEON_BIRDS), the default" in \
+        pigeon.settings
     assert SECRET_TOKEN not in repr(infos)
 
     off = load(pigeon_pm)
@@ -293,7 +294,8 @@ def test_cloudybot_plugins_reads_the_file_and_masks_secrets(tmp_path: Path) -> N
     out = result.stdout
     assert "channel telegram: enabled" in out
     assert "channel slack: off" in out
-    assert "[plugins.telegram] group_mode = 'all'  (CLOUDYBOT_TELEGRAM_GROUP_MODE)" in out
+    assert "[plugins.telegram] group_mode = all  (CLOUDYBOT_TELEGRAM_GROUP_MODE), default " \
+        "mention" in out
     assert "[plugins.telegram] token = (set, not shown)" in out
     assert "A" * 35 not in out
 

@@ -4,11 +4,12 @@ migrations that several processes may run at once, and a lost database answered 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from gateway.store import InboxEntry
+from gateway.store import Earlier, InboxEntry
 from gateway.store.postgres import PostgresStore
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.testing.fake_llm import FakeLLM
@@ -119,4 +120,32 @@ async def test_a_live_process_keeps_its_messages_and_a_dead_ones_are_taken_over_
         assert await second.inbox_pending() == [] and await third.inbox_pending() == []
     finally:
         for store in (first, second, third):
+            await store.close()
+
+
+async def test_a_message_behind_another_process_s_takes_them_over_once_that_one_dies(
+        postgres_url: str) -> None:
+    first, second = (PostgresStore(postgres_url) for _ in range(2))
+    for store in (first, second):
+        await store.open()
+    try:
+        def message(message_id: str, conversation: str = "telegram:42") -> InboxEntry:
+            return InboxEntry("telegram", message_id, conversation, "{}", 4096, b"sealed")
+
+        mine = await first.inbox_add(message("m1"))
+        assert mine is not None and not mine.behind_others
+        assert await first.inbox_add(message("o1", "telegram:7")) is not None
+        later = await second.inbox_add(message("m2"))
+        assert later is not None and later.behind_others
+        elsewhere = await second.inbox_add(message("x1", "telegram:8"))
+        assert elsewhere is not None and not elsewhere.behind_others  # another chat
+        position = dataclasses.replace(message("m2"), id=later.id)
+        # The first process lives: its message is its own to answer; the second waits.
+        assert await second.inbox_take_earlier(position) == Earlier([], 1)
+        await first.close()  # it dies
+        earlier = await second.inbox_take_earlier(position)
+        assert [entry.message_id for entry in earlier.taken] == ["m1"] and not earlier.elsewhere
+        assert [e.message_id for e in await second.inbox_pending()] == ["o1"]  # not m1 again
+    finally:
+        for store in (first, second):
             await store.close()

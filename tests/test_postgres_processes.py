@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.testing.fake_llm import FakeLLM, Scripted, completion
+from gateway.testing.fake_llm import FakeLLM, Recorded, Scripted, completion
 from gateway.testing.telegram import TOKEN as TELEGRAM_TOKEN
 from gateway.testing.telegram import FakeTelegramChats
 from tests.process import ServeProcess
@@ -246,3 +246,44 @@ async def test_the_unanswered_messages_of_a_killed_process_are_taken_over(
         [sent] = await telegram.wait_for_messages(1, timeout=20)
     assert sent.params["text"] == "echo: take me over"
     assert "left unanswered by a stopped run" in second.log.read_text()
+
+
+def update_in_chat(update_id: int, chat: int, text: str) -> dict[str, object]:
+    update = private_update(update_id, text)
+    message = update["message"]
+    assert isinstance(message, dict)
+    message["chat"] = {**message["chat"], "id": chat}
+    message["from"] = {**message["from"], "id": chat}
+    return update
+
+
+async def test_a_killed_process_s_messages_are_answered_before_later_ones_of_their_chat(
+        two_webhook_processes: list[ServeProcess], telegram: FakeTelegramChats,
+        fake_llm: FakeLLM) -> None:
+    """Each chat's first message is acknowledged by a process that is then killed mid-turn,
+    its second by the other process at once: the taker answers the first before the second."""
+    first, second = two_webhook_processes
+    chats = range(501, 509)
+    held = asyncio.Event()
+
+    def echo(request: Recorded) -> Scripted:
+        return Scripted(body=completion(f"echo: {request.messages[-1]['content']}"),
+                        release=None if held.is_set() else held)
+
+    fake_llm.responder = echo
+    async with aiohttp.ClientSession() as session:
+        for chat in chats:
+            assert await post_update(session, first, update_in_chat(chat * 10, chat,
+                                                                    f"first {chat}")) == 200
+        while len(fake_llm.chat_requests) < len(chats):  # each first message is being answered
+            await asyncio.sleep(0.01)
+        await first.kill()
+        held.set()
+        for chat in chats:
+            assert await post_update(session, second, update_in_chat(chat * 10 + 1, chat,
+                                                                     f"second {chat}")) == 200
+        sent = await telegram.wait_for_messages(2 * len(chats), timeout=30)
+    for chat in chats:
+        texts = [call.params["text"] for call in sent
+                 if str(call.params["chat_id"]) == str(chat)]
+        assert texts == [f"echo: first {chat}", f"echo: second {chat}"]

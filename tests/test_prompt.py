@@ -117,6 +117,7 @@ def test_rotation_hint_goes_in_section_five() -> None:
 async def test_max_context_drops_oldest_over_http_and_keeps_them_stored(
         start_gateway, fake_llm: FakeLLM, pm) -> None:
     pm.unregister(name="tools")  # no tool schemas: the whole budget is for messages
+    pm.unregister(name="scheduling")
     harness = await start_gateway(max_context=250)
     auth = await harness.user()
     for i in range(4):
@@ -159,7 +160,8 @@ async def test_tool_schemas_count_against_max_context(start_gateway, fake_llm: F
     auth = await harness.user()
     await harness.chat(auth, "hi")
     body = fake_llm.requests[-1].body
-    assert {t["function"]["name"] for t in body["tools"]} == {"calculator", "current_time"}
+    assert {t["function"]["name"] for t in body["tools"]} == {"calculator", "current_time",
+                                                                  "schedule"}
     fits = harness.gateway.counter.messages(body["messages"]) + schema_tokens
     small = await start_gateway(max_context=fits - 1)
     auth = await small.user("bob")

@@ -5,22 +5,17 @@ billed, streaming into ``/chat``'s events, retries and refusals."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from plugins.anthropic import to_anthropic
+from plugins.anthropic import EARLIER_MESSAGES, to_anthropic
 from tests.conftest import Harness
 from tests.fakes.anthropic import KEY, FakeAnthropic, Scripted, message, text, tool_use
-
-
-@pytest.fixture
-async def anthropic() -> AsyncIterator[FakeAnthropic]:
-    fake = FakeAnthropic()
-    await fake.start()
-    yield fake
-    await fake.close()
+from tests.fakes.mcp_server import PIXEL
+from tests.test_mcp import stdio
 
 
 @pytest.fixture
@@ -72,6 +67,25 @@ async def test_tool_use_is_run_and_its_result_goes_back_as_tool_result(
             "input": {"expression": "6*7"}} in assistant
     [result] = [b for b in second[2]["content"] if b["type"] == "tool_result"]
     assert result["tool_use_id"] == "toolu_1" and "42" in result["content"]
+
+
+async def test_a_tool_s_picture_follows_its_result_in_the_same_user_turn(
+        start_on_anthropic: Callable[..., Awaitable[Harness]], anthropic: FakeAnthropic,
+        tmp_path: Path) -> None:
+    """An MCP tool's picture, for a vision model: after the tool_result (which the API wants
+    first in its turn), as an image block."""
+    anthropic.script = [Scripted(message(tool_use("toolu_1", "files__picture", {}))),
+                        Scripted(message(text("A dot.")))]
+    harness = await start_on_anthropic(llm_vision=True, mcp_servers=json.dumps(
+        {"files": stdio(tmp_path / "mcp.log", plans=["*"])}))
+    response = await harness.chat(await harness.user("alice"), "draw")
+    assert (await response.json())["reply"] == "A dot.", anthropic.refusals
+    last = anthropic.requests[1]["messages"][-1]
+    assert last["role"] == "user"
+    assert [block["type"] for block in last["content"]] == ["tool_result", "text", "text",
+                                                           "image"]
+    assert last["content"][-1]["source"] == {"type": "base64", "media_type": "image/png",
+                                             "data": PIXEL}
 
 
 async def test_a_streamed_turn_hands_text_on_as_it_arrives(
@@ -151,3 +165,33 @@ def test_chat_messages_become_alternating_turns() -> None:
         {"type": "tool_use", "id": "c1", "name": "calculator", "input": {"expression": "1+1"}},
         {"type": "tool_use", "id": "c2", "name": "current_time", "input": {}}]
     assert [b["tool_use_id"] for b in turns[2]["content"]] == ["c1", "c2"]
+
+
+async def test_a_summarized_thread_with_tool_turns_is_answered_every_turn(
+        start_on_anthropic: Callable[..., Awaitable[Harness]], anthropic: FakeAnthropic) -> None:
+    """Issue 28: after a summary rolling memory keeps the last five messages, which start
+    with a reply; the fake refuses a request that does not start with the user, as the API's
+    rules do. Every turn must still be answered, tool turns included."""
+    harness = await start_on_anthropic(summarize_at=10, keep_recent=5)
+    alice = await harness.user("alice")
+    statuses = []
+    for number in range(13):
+        if number % 3 == 1:  # a turn that uses a tool: its exchange is replayed later
+            anthropic.script = [
+                Scripted(message(tool_use(f"toolu_{number}", "calculator",
+                                          {"expression": f"{number}*2"}))),
+                Scripted(message(text(f"It is {number * 2}.")))]
+        response = await harness.chat(alice, f"m{number}")
+        statuses.append(response.status)
+        await harness.gateway.drain()
+    assert statuses == [200] * 13, anthropic.refusals
+    assert anthropic.refusals == []
+    thread = await (await harness.client.get("/api/threads/t1", headers=alice)).json()
+    assert thread["summary"] and len(thread["messages"]) < 10
+    chats = [request["messages"] for request in anthropic.requests if "tools" in request]
+    began_with_a_reply = [turns for turns in chats
+                          if turns[0]["content"] == [{"type": "text", "text": EARLIER_MESSAGES}]]
+    assert began_with_a_reply  # the history kept began with a reply, and was answered
+    assert any(block["type"] == "tool_use" for turns in began_with_a_reply for turn in turns
+               for block in turn["content"])  # with a tool exchange replayed in it
+    assert chats[-1][-1]["content"] == [{"type": "text", "text": "m12"}]

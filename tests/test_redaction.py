@@ -9,8 +9,11 @@ end to end through the real app, the fake OpenAI-compatible server and the chat 
 from __future__ import annotations
 
 import base64
+import io
 import json
+import logging
 import re
+import zipfile
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -57,6 +60,10 @@ def encodings(password: str) -> set[str]:
         escaped.replace("/", "\\/"),                        # \/ as some encoders write it
         json.dumps(json.dumps(password))[1:-1],             # JSON text inside a JSON string
         quote(password), quote(password, safe=""), quote_plus(password),
+        repr(password)[1:-1],                               # Python's repr(): \', \xa0, \x7f
+        ascii(password)[1:-1],                              # ascii(): \xe4, \u20ac, \U0001f600
+        password.encode("unicode_escape").decode("ascii"),  # the unicode_escape codec
+        repr(password.encode("utf-8"))[2:-1],               # repr() of the UTF-8 bytes
     }
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms |= {encoded.decode("ascii"), encoded.decode("ascii").rstrip("=")}
@@ -95,7 +102,7 @@ def assert_no_form(password: str, value: Any) -> None:
 
 # --- properties ------------------------------------------------------------------------------
 UNICODE = st.characters(blacklist_categories=("Cs",))  # any code point but a lone surrogate
-TRICKY = st.sampled_from(list('"\\/ +%=\n\täöß€😀\u2028'))
+TRICKY = st.sampled_from(list('"\'\\/ +%=\n\täöß€😀\u2028\u00a0\u007f\x01'))
 passwords = st.text(alphabet=UNICODE | TRICKY, min_size=8, max_size=24).filter(
     lambda p: p not in REDACTED)  # such passwords are refused when saved
 
@@ -139,30 +146,78 @@ def _exchange(password: str, encoded: str) -> list[dict[str, Any]]:
     ]
 
 
-def _outside_values(exchange: list[dict[str, Any]]) -> list[Any]:
-    """What in a tool round came from the model or a tool, not from the protocol."""
-    call, result = exchange
-    parts = call["tool_calls"][0]
-    return [call["content"], parts["id"], parts["function"]["name"],
-            parts["function"]["arguments"], result["tool_call_id"], result["content"]]
+# Protocol words long enough to be saved; shorter ones are in test_redaction_scaffolding.py.
+PROTOCOL_PASSWORDS = st.sampled_from(["tool_cal", "tool_calls", "function", "arguments",
+                                      "assistant", "tool_call_id", "tool_result", "toolCallId"])
+
+
+@st.composite
+def tool_round(draw: st.DrawFn) -> tuple[str, list[dict[str, Any]]]:
+    """A password, and a tool round as the agent keeps it in which everything that came from
+    outside (the model's text, each call's id, name and arguments, each result) is any text,
+    JSON or not, that may hold the password in any of its encodings."""
+    password = draw(passwords | PROTOCOL_PASSWORDS)
+    forms = sorted(encodings(password))
+    planted = st.tuples(st.text(UNICODE, max_size=4), st.sampled_from(forms),
+                        st.text(UNICODE, max_size=4)).map("".join)
+    text = st.text(UNICODE, max_size=8) | planted
+    as_json = st.tuples(with_password(), st.booleans()).map(
+        lambda drawn: json.dumps(drawn[0][1], ensure_ascii=drawn[1]))
+    outside = text | as_json
+    count = draw(st.integers(1, 3))
+    ids = [f"{index}:{draw(text)}" for index in range(count)]  # distinct, as the model's are
+    calls = [{"id": call_id, "type": "function",
+              "function": {"name": draw(text), "arguments": draw(outside)}}
+             for call_id in ids]
+    content = draw(st.none() | text)
+    return password, [{"role": "assistant", "content": content, "tool_calls": calls},
+                      *({"role": "tool", "tool_call_id": call_id, "content": draw(outside)}
+                        for call_id in ids)]
+
+
+def skeleton(exchange: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A tool round with every value that came from outside blanked: what the gateway wrote."""
+    def blank(message: dict[str, Any]) -> dict[str, Any]:
+        copy = {key: "" if key in ("content", "tool_call_id") else value
+                for key, value in message.items()}
+        if "tool_calls" in copy:
+            copy["tool_calls"] = [{**call, "id": "", "function": {
+                key: "" for key in call["function"]}} for call in copy["tool_calls"]]
+        return copy
+    return [blank(message) for message in exchange]
+
+
+def outside_values(exchange: list[dict[str, Any]]) -> list[Any]:
+    """Every value of a tool round that came from the model or a tool."""
+    values: list[Any] = []
+    for message in exchange:
+        values += [message[key] for key in ("content", "tool_call_id") if key in message]
+        for call in message.get("tool_calls") or ():
+            values += [call["id"], call["function"]["name"], call["function"]["arguments"]]
+    return values
 
 
 @PROPERTY
-@given(case=with_password(), ensure_ascii=st.booleans())
-def test_a_tool_exchange_redacted_as_chat_messages_holds_no_form_of_the_password(
-        case: tuple[str, Any], ensure_ascii: bool) -> None:
-    password, value = case
-    encoded = json.dumps(value, ensure_ascii=ensure_ascii)
-    redacted = [redact_chat_message(m, [password]) for m in _exchange(password, encoded)]
-    for outside in _outside_values(redacted):
-        assert_no_form(password, outside)
-    assert json.loads(redacted[0]["tool_calls"][0]["function"]["arguments"]) is not None
-    # the protocol's scaffolding is never mistaken for the password
-    assert [m["role"] for m in redacted] == ["assistant", "tool"]
-    assert list(redacted[0]) == ["role", "content", "tool_calls"]
-    assert list(redacted[0]["tool_calls"][0]) == ["id", "type", "function"]
-    assert list(redacted[0]["tool_calls"][0]["function"]) == ["name", "arguments"]
-    assert list(redacted[1]) == ["role", "tool_call_id", "content"]
+@given(case=tool_round())
+def test_a_stored_tool_round_keeps_its_structure_and_holds_no_form_of_the_password(
+        case: tuple[str, list[dict[str, Any]]]) -> None:
+    # Issue 28: a redactor that also redacted the gateway's keys turned "tool_calls" into
+    # "[redacted]s" for the password "tool_cal", and the committed turn then failed.
+    password, exchange = case
+    redacted = [redact_chat_message(message, [password]) for message in exchange]
+    assert skeleton(redacted) == skeleton(exchange)
+    for value in outside_values(redacted):
+        assert_no_form(password, value)
+    for before, after in zip(outside_values(exchange), outside_values(redacted), strict=True):
+        if isinstance(before, str) and before[:1] in "[{":
+            try:
+                json.loads(before)
+            except ValueError:
+                continue
+            json.loads(after)  # JSON from outside stays JSON
+    # the results still answer their calls, one for one
+    ids = [call["id"] for call in redacted[0]["tool_calls"]]
+    assert [m["tool_call_id"] for m in redacted[1:]] == ids
 
 
 @pytest.mark.parametrize("password", ["tool_cal", "function", "assistant", "arguments",
@@ -233,6 +288,22 @@ def test_a_password_spanning_two_json_strings_gives_up_the_value_not_the_json() 
     password = 'user", "pass'
     arguments = json.dumps(["user", "pass"])
     assert json.loads(redact_json_text(arguments, [password])) == REDACTED
+
+
+# Issue 28: a quote, a no-break space, DEL; repr() writes them \', \xa0, \x7f.
+ESCAPED_BY_REPR = ["Pa'ss\"w0rd!", "correct\u00a0horse9", "plainpass\u007f1", "Pässwörd-€😀"]
+
+
+@pytest.mark.parametrize("password", ESCAPED_BY_REPR)
+def test_python_escaped_spellings_of_the_password_are_redacted(password: str) -> None:
+    spellings = [repr(password), ascii(password), str(password.encode("utf-8")),
+                 password.encode("unicode_escape").decode("ascii"),
+                 password.encode("utf-8").decode("ascii", "backslashreplace"),
+                 repr({"zone": password}), repr(repr(password))]
+    for spelling in spellings:
+        out = redact(f"unknown time zone {spelling}; try again", [password])
+        assert leaked(password, out) == [], (spelling, out)
+        assert out.startswith("unknown time zone ") and out.endswith("; try again")
 
 
 def test_the_redactor_is_built_once_per_set_of_secrets() -> None:
@@ -308,6 +379,30 @@ async def test_a_tool_called_with_the_password_leaks_it_nowhere(
     replayed = [m for m in fake_llm.chat_requests[-1].messages if m["role"] != "system"]
     assert any(m.get("tool_calls") for m in replayed)
     assert_no_form(password, replayed)
+
+
+@pytest.mark.parametrize("password", ESCAPED_BY_REPR)
+async def test_the_current_time_tool_given_the_password_as_a_zone_stores_no_form_of_it(
+        harness: Harness, fake_llm: FakeLLM, password: str) -> None:
+    auth = await harness.user()
+    await save_password(harness, auth, password)
+    fake_llm.script += [
+        Scripted(body=tool_call_completion(
+            [("c1", "current_time", json.dumps({"timezone": password}))])),
+        Scripted(body=completion("That is not a time zone."))]
+
+    response = await harness.chat(auth, "what time is it in my password?")
+    assert response.status == 200, await response.text()
+
+    # what the model read back: the tool's answer, redacted
+    answered = fake_llm.chat_requests[-1].messages[-1]
+    assert answered["role"] == "tool"
+    assert json.loads(answered["content"]) == {
+        "error": f'unknown time zone "{REDACTED}"; use an IANA name like Europe/Paris'}
+    for text in await session_texts(harness.gateway):
+        assert leaked(password, text) == []
+        for line in text.splitlines():
+            assert_no_form(password, json.loads(line))
 
 
 @pytest.mark.parametrize("password", ["function", "assistant", "tool_calls"])
@@ -437,3 +532,32 @@ async def test_plugins_see_the_message_with_saved_passwords_redacted(
         "site": "example.com", "username": "ada", "password": "correct-horse-9"})
     assert (await harness.chat(auth, "my password is correct-horse-9")).status == 200
     assert seen == ["my password is [redacted]"]
+
+
+# --- what the provider says: the ledger and the logs ------------------------------------------
+async def test_a_provider_echoing_the_password_leaves_it_in_no_ledger_usage_export_or_log(
+        start_gateway: Any, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    password = QUOTED_PASSWORD
+    caplog.set_level(logging.DEBUG)
+    harness = await start_gateway(llm_max_retries=0)
+    auth = await harness.user()
+    await save_password(harness, auth, password)
+    fake_llm.script += [
+        Scripted(body=completion("hi", model=password)),
+        Scripted(status=500, body={"error": {"message": f"no model named {password}"}})]
+
+    assert (await harness.chat(auth, "hello")).status == 200
+    assert (await harness.chat(auth, "again")).status == 502
+
+    configured = harness.gateway.settings.llm_model
+    [row] = [row for row in await harness.gateway.store.ledger("alice") if row.kind == "chat"]
+    assert row.model == configured  # the configured model's name, not the provider's word
+    usage = await harness.client.get("/api/user/usage", headers=auth)
+    assert leaked(password, await usage.text()) == []
+    export = await harness.client.get("/api/user/export", headers=auth)
+    archive = zipfile.ZipFile(io.BytesIO(await export.read()))
+    for name in archive.namelist():
+        assert leaked(password, archive.read(name).decode("utf-8", "replace")) == [], name
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "no model named" in logged  # the provider's words are logged...
+    assert leaked(password, logged) == []  # ...without the password, in any encoding

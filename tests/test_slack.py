@@ -1,4 +1,5 @@
-"""Slack end to end: slack-bolt verifying signed requests, slack_sdk against a fake Web API."""
+"""Slack end to end: the channel verifying signed requests (its check is the only one: bolt's is
+off), slack-bolt dispatching them, slack_sdk against a fake Web API."""
 
 from __future__ import annotations
 
@@ -144,23 +145,64 @@ async def test_retry_after_a_restart_is_answered_once(
     assert len(fake_slack.calls_to("chat.postMessage")) == 1
 
 
-@pytest.mark.parametrize("case", ["bad-signature", "stale", "no-headers", "wrong-secret"])
-async def test_unverified_requests_are_refused_before_parsing(
-        slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM, case: str) -> None:
-    body = json.dumps(payload("slack_message_im.json")).encode()
+UNVERIFIED = ["bad-signature", "stale", "no-headers", "wrong-secret", "no-signature",
+              "future"]
+
+
+def unverified_headers(case: str, body: bytes) -> dict[str, str]:
+    """Headers of a request the channel must refuse, as ``case`` says."""
     if case == "bad-signature":
-        headers = {**sign(SIGNING_SECRET, body), "X-Slack-Signature": "v0=" + "0" * 64}
-    elif case == "stale":
-        headers = sign(SIGNING_SECRET, body, int(time.time()) - 301)
-    elif case == "wrong-secret":
-        headers = sign("not-the-secret", body)
-    else:
-        headers = {"Content-Type": "application/json"}
-    response = await slack.client.post("/slack/events", data=body, headers=headers)
+        return {**sign(SIGNING_SECRET, body), "X-Slack-Signature": "v0=" + "0" * 64}
+    if case == "stale":
+        return sign(SIGNING_SECRET, body, int(time.time()) - 301)
+    if case == "future":
+        return sign(SIGNING_SECRET, body, int(time.time()) + 301)
+    if case == "wrong-secret":
+        return sign("not-the-secret", body)
+    if case == "no-signature":
+        signed = sign(SIGNING_SECRET, body)
+        return {key: value for key, value in signed.items() if key != "X-Slack-Signature"}
+    return {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize("case", UNVERIFIED)
+async def test_unverified_requests_are_refused_and_leave_no_trace(
+        slack: Harness, fake_slack: FakeSlack, fake_llm: FakeLLM, case: str) -> None:
+    # The channel's check is the only one (bolt's is off): without it this event is stored
+    # and answered.
+    body = json.dumps(payload("slack_message_im.json")).encode()
+    response = await slack.client.post("/slack/events", data=body,
+                                       headers=unverified_headers(case, body))
     assert response.status == 401
     await slack.gateway.drain()
     assert fake_llm.requests == []
     assert fake_slack.calls_to("chat.postMessage") == []
+    assert await slack.gateway.store.get_thread(f"slack:{TEAM_ID}:D0LAN2Q65") is None
+    assert await slack.gateway.store.inbox_pending() == []
+    # Nothing was recorded as seen either: the genuine delivery is answered, once.
+    fake_llm.script.append(Scripted(body=completion("Hello from the bot.")))
+    assert (await post_signed(slack, body)).status == 200
+    posts = await fake_slack.wait_for("chat.postMessage", 1)
+    assert [post.params["text"] for post in posts] == ["Hello from the bot."]
+
+
+@pytest.mark.parametrize("case", UNVERIFIED)
+async def test_an_unverified_slash_command_changes_nothing(
+        slack: Harness, fake_llm: FakeLLM, case: str) -> None:
+    body = slash_command_body("remember team Platform", "trigger-unsigned")
+    headers = {**unverified_headers(case, body),
+               "Content-Type": "application/x-www-form-urlencoded"}
+    response = await slack.client.post("/slack/events", data=body, headers=headers)
+    assert response.status == 401
+    assert await slack.gateway.store.get_thread(f"slack:{TEAM_ID}:D0LAN2Q65") is None
+
+
+@pytest.mark.parametrize("body", [b"{broken", b"\xff\xfe\x00", b"[" * 50000])
+async def test_the_signature_is_checked_before_the_body_is_parsed(
+        slack: Harness, body: bytes) -> None:
+    response = await slack.client.post("/slack/events", data=body,
+                                       headers=unverified_headers("bad-signature", body))
+    assert response.status == 401  # not 400: an unsigned body is never read
 
 
 @pytest.mark.parametrize("body", [b"{broken", b"\xff\xfe\x00", b"[" * 50000, b"[]", b"{}"])

@@ -16,28 +16,44 @@ import functools
 import inspect
 import json
 import random
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 
 from gateway.base.errors import BadRequest, Conflict, NotFound, PaymentRequired, RateLimited
 from gateway.base.times import iso_utc
 from gateway.billing import quotas_for
-from gateway.billing.credits import CreditsBusy, UsageBounds, worst_case
+from gateway.billing.credits import (
+    CallUsage,
+    CreditsBusy,
+    DailyCapReached,
+    UsageBounds,
+    worst_case,
+)
 from gateway.billing.quotas import Admission, Quotas, TurnBill
 from gateway.config.settings import Plan, Settings, load_settings
 from gateway.store import (
+    AuditEntry,
+    AuditQuery,
     ChannelMessage,
     Charge,
     InboxEntry,
+    Job,
+    JobOutcome,
     NewMessage,
+    Spend,
     Store,
     SummaryCommit,
     ThreadRef,
     TurnCommit,
+    UsageQuery,
+    UsageReport,
+    UserQuery,
     Webhook,
     WebhookAttempt,
     WebhookDelivery,
@@ -282,6 +298,95 @@ async def test_display_pages_and_thread_lists_page_by_cursor(store: Store,
     assert [t.ref.thread_id for t in second] == ["l1", "l0", "t1"] and end is None
 
 
+@covers("set_title", "get_thread", "list_threads")
+async def test_a_thread_is_titled_by_its_first_message_until_the_user_names_it(
+        store: Store, clock: Clock) -> None:
+    await users(store)
+    await store.put_pinned(REF, "k", "v", 10)  # a thread with no message yet
+    assert (await store.get_thread("alice--t1")) is not None
+    assert await title_of(store, "alice--t1") == ("", False)
+    first = "  Plan a trip\nto Lisbon in May: flights, a hotel near Alfama and the trams " * 3
+    await store.commit_turn(turn(REF, first, "Sure."))
+    clock.advance(1)
+    await store.commit_turn(turn(REF, "And the weather?", "Sunny."))
+    derived = ("Plan a trip to Lisbon in May: flights, a hotel near Alfama and the trams Plan"
+               " a…")
+    assert await title_of(store, "alice--t1") == (derived, False)
+    updated = (await store.get_thread("alice--t1")).updated_at  # type: ignore[union-attr]
+    clock.advance(1)
+    assert await store.set_title("alice--t1", "Lisbon in May")
+    assert await title_of(store, "alice--t1") == ("Lisbon in May", True)
+    listed, _ = await store.list_threads("alice")
+    assert [(t.title, t.named, t.updated_at) for t in listed] == [
+        ("Lisbon in May", True, updated)]  # naming it does not move it in the list
+    assert await store.set_title("alice--t1", None)
+    assert await title_of(store, "alice--t1") == (derived, False)
+    assert not await store.set_title("alice--nothing", "x")
+
+
+async def title_of(store: Store, session_key: str) -> tuple[str, bool]:
+    thread = await store.get_thread(session_key)
+    assert thread is not None
+    return thread.title, thread.named
+
+
+@covers("search_threads", "set_title", "commit_turn", "delete_thread", "delete_user")
+async def test_search_finds_words_in_ones_own_titles_and_messages_newest_thread_first(
+        store: Store, clock: Clock) -> None:
+    await users(store)
+
+    def ref(user: str, thread: str) -> ThreadRef:
+        return ThreadRef(user, thread, f"{user}--{thread}", "dashboard")
+
+    async def found(terms: tuple[str, ...], user: str = "alice",
+                    limit: int = 10) -> list[tuple[str, str]]:
+        hits, _ = await store.search_threads(user, terms, limit)
+        return [(h.thread.ref.thread_id, h.text) for h in hits]
+
+    written = await store.commit_turn(turn(ref("alice", "trip"), "Booking the Lisbon flight",
+                                           "Flights to LISBON leave at 9."))
+    clock.advance(1)
+    await store.commit_turn(turn(ref("alice", "food"), "pasta_carbonara at www.example.com",
+                                 "Café crème, then 3.14 kg of pasta."))
+    clock.advance(1)
+    await store.commit_turn(turn(ref("alice", "named"), "nothing here", "nor here"))
+    await store.set_title("alice--named", "Lisbon ideas")
+    await store.commit_turn(turn(ref("bob", "trip"), "Lisbon for bob", "ok"))
+
+    # a word's start, any case; the newest matching message; a title the user set
+    assert await found(("lisb",)) == [("named", ""), ("trip", "Flights to LISBON leave at 9.")]
+    hits, _ = await store.search_threads("alice", ("lisb",), 10)
+    assert hits[1].message_id == written.message_ids[1] and hits[0].message_id is None
+    assert hits[0].thread.title == "Lisbon ideas" and hits[1].thread.title == (
+        "Booking the Lisbon flight")
+    # every word, in one message; punctuation and _ separate words; accents are kept
+    assert await found(("lisbon", "booking")) == [("trip", "Booking the Lisbon flight")]
+    assert await found(("lisbon", "pasta")) == []
+    for terms in (("carbonara",), ("example", "com"), ("14",), ("café",), ("crème",)):
+        assert [t for t, _ in await found(terms)] == ["food"], terms
+    assert await found(("cafe",)) == [] and await found(("isbon",)) == []
+    # never another user's threads
+    assert await found(("lisbon",), "bob") == [("trip", "Lisbon for bob")]
+    assert await found(("ideas",), "bob") == []
+    # pages in the list's order, by its cursor
+    first, cursor = await store.search_threads("alice", ("lisbon",), 1)
+    assert [h.thread.ref.thread_id for h in first] == ["named"] and cursor is not None
+    second, end = await store.search_threads("alice", ("lisbon",), 1, cursor)
+    assert [h.thread.ref.thread_id for h in second] == ["trip"] and end is None
+    # a title replaced or taken back is searched as it is now
+    await store.set_title("alice--named", "Porto")
+    assert await found(("ideas",)) == [] and await found(("porto",)) == [("named", "")]
+    await store.set_title("alice--named", None)
+    assert await found(("porto",)) == []
+    # deleted threads and accounts are gone from the index
+    assert await store.delete_thread("alice--trip")
+    assert await found(("lisbon",)) == []
+    assert await store.delete_user("bob")
+    assert await found(("lisbon",), "bob") == []
+    await store.commit_turn(turn(ref("alice", "trip"), "Lisbon again", "ok"))
+    assert await found(("lisbon",)) == [("trip", "Lisbon again")]
+
+
 @covers("get_pinned", "put_pinned", "delete_pinned", "clear_thread", "delete_thread",
         "get_thread")
 async def test_pinned_keys_clear_and_delete(store: Store) -> None:
@@ -368,6 +473,25 @@ async def test_the_inbox_answers_once_and_the_outbox_keeps_failures(store: Store
     assert await store.prune_inbound("9999-12-31T00:00:00Z") == 5
 
 
+@covers("inbox_take_earlier")
+async def test_the_messages_before_one_are_those_of_its_conversation_pending_oldest_first(
+        store: Store) -> None:
+    def message(message_id: str, conversation: str = "loop:c1") -> InboxEntry:
+        return InboxEntry("loop", message_id, conversation, "{}", 50, b"sealed")
+
+    for message_id in ("m1", "m2"):
+        intake = await store.inbox_add(message(message_id))
+        assert intake is not None and not intake.behind_others  # its own process's: in order
+    await store.inbox_add(message("other", "loop:c2"))
+    await store.inbox_add(message("m3"))
+    assert await store.answer_inbox("loop", "m2", "answered")
+    last = await store.inbox_add(message("m4"))
+    assert last is not None
+    earlier = await store.inbox_take_earlier(dataclasses.replace(message("m4"), id=last.id))
+    assert [entry.message_id for entry in earlier.taken] == ["m1", "m3"]
+    assert earlier.elsewhere == 0
+
+
 @covers("queue_message")
 async def test_a_plugins_own_message_is_queued_once_and_survives_a_restart(
         store: Store) -> None:
@@ -430,7 +554,7 @@ async def test_expired_threads_by_plan_cutoff(store: Store, clock: Clock) -> Non
 
 # --- accounts as a whole -----------------------------------------------------------------
 @covers("list_users", "user_counts", "revoke_access", "delete_user", "list_credentials",
-        "delete_web_session")
+        "delete_web_session", "list_jobs")
 async def test_accounts_are_listed_counted_revoked_and_deleted_whole(store: Store,
                                                                       clock: Clock) -> None:
     await users(store)
@@ -448,8 +572,10 @@ async def test_accounts_are_listed_counted_revoked_and_deleted_whole(store: Stor
     await store.put_credential("alice", "example.com", b"sealed")
     assert [c.site for c in await store.list_credentials("alice")] == ["example.com"]
     await store.create_webhook(webhook("alice"))
+    await store.create_job(job("alice"), 10)
     assert await store.user_counts("alice") == {"threads": 1, "tokens": 1, "sessions": 1,
-                                                 "specialists": 1, "logins": 1, "webhooks": 1}
+                                                 "specialists": 1, "logins": 1, "webhooks": 1,
+                                                 "jobs": 1}
     await store.create_login_link("code", "alice", clock() + 60)
     assert await store.revoke_access("alice") == 3  # the token, the session, the link
     assert await store.user_for_token("token-hash") is None
@@ -459,8 +585,57 @@ async def test_accounts_are_listed_counted_revoked_and_deleted_whole(store: Stor
     assert not await store.delete_user("alice")
     assert await store.get_user("alice") is None and await store.ledger("alice") == []
     assert await store.get_thread("alice--t1") is None and await store.inbox_pending() == []
-    assert await store.list_webhooks("alice") == []
+    assert await store.list_webhooks("alice") == [] and await store.list_jobs("alice") == []
     assert (await store.get_user("bob")) is not None  # nobody else's rows
+
+
+@covers("access_epoch", "replace_token", "revoke_access", "delete_user", "commit_turn",
+        "grant_credits")
+async def test_the_access_epoch_moves_whenever_a_token_stops_working(store: Store) -> None:
+    await users(store)
+    await store.replace_token("alice", "h1")
+    await store.replace_token("bob", "h2")
+    epoch = await store.access_epoch()
+    await store.commit_turn(turn(REF, "q", "a"))
+    await store.grant_credits("alice", 5)
+    assert await store.access_epoch() == epoch  # no token ended: cached tokens stay good
+    for ends_one in (lambda: store.replace_token("alice", "h3"),
+                     lambda: store.revoke_access("alice"),
+                     lambda: store.delete_user("bob")):  # its token goes with it
+        await ends_one()
+        assert await store.access_epoch() != epoch
+        epoch = await store.access_epoch()
+
+
+async def epoch_moves(store: Store, epoch: int) -> None:
+    """Wait (5 s at most) until ``store`` tells of a revocation another process made."""
+    async def poll() -> None:
+        while await store.access_epoch() == epoch:
+            await asyncio.sleep(0.002)  # a bounded poll of a notification in flight
+    await asyncio.wait_for(poll(), 5.0)
+
+
+@covers("access_epoch")
+async def test_a_revocation_by_another_process_moves_the_access_epoch(
+        store: Store, clock: Clock) -> None:
+    await users(store)
+    await store.replace_token("alice", "h1")
+    await store.replace_token("bob", "h2")
+    other = await another_process(store, clock)
+    if other is None:  # SQLite: the CLI, say, opens the same file
+        assert isinstance(store, SQLiteStore)
+        other = SQLiteStore(store.path, clock)
+        await other.open()
+    try:
+        for revoke in (lambda: other.revoke_access("alice"), lambda: other.delete_user("bob")):
+            epoch = await store.access_epoch()
+            await revoke()
+            if isinstance(store, SQLiteStore):
+                assert await store.access_epoch() != epoch  # read, not told: at once
+            else:
+                await epoch_moves(store, epoch)  # told by NOTIFY when it committed
+    finally:
+        await other.close()
 
 
 # --- billing: the rules of gateway.store.policy, through the store and its quotas ----------
@@ -488,7 +663,8 @@ async def run_turn(store: Store, quotas: Quotas, settings: Settings, ref: Thread
                 await bill.reserve(prompt)
                 await pause()  # the provider answers
                 bounds = UsageBounds.of(prompt, settings.llm_max_tokens)
-                bill.charge("chat", settings.llm_model, bounds.prompt, bounds.completion)
+                model = settings.llm_model
+                bill.charge("chat", CallUsage(model, model, bounds.prompt, bounds.completion))
             await store.commit_turn(TurnCommit(
                 ref=ref, billed_user=ref.user_id, charges=bill.charges, hold=bill.hold,
                 messages=[NewMessage("user", "q", 1), NewMessage("assistant", "a", 1)]))
@@ -531,14 +707,15 @@ async def test_a_turn_refused_a_tool_round_keeps_its_hold_until_its_charge_is_st
         a_bill = await started(a, alice_ref("a"))
         async with quotas.admit("alice") as b:
             b_bill = await started(b, alice_ref("b"))  # all the credits are held now
-            a_bill.charge("chat", "m", bounds.prompt, bounds.completion)  # a's call answered
+            # a's call answered
+            a_bill.charge("chat", CallUsage("m", "m", bounds.prompt, bounds.completion))
             with pytest.raises(CreditsBusy):  # a's tool round does not fit beside b's call
                 await a_bill.reserve(settings.max_context)
             # a's first call is charged only when a ends: until then nobody else may start
             with pytest.raises(CreditsBusy):
                 await run_turn(store, quotas, settings, alice_ref("c"),
                                [settings.max_context], _nothing)
-            b_bill.charge("chat", "m", bounds.prompt, bounds.completion)
+            b_bill.charge("chat", CallUsage("m", "m", bounds.prompt, bounds.completion))
             await store.commit_turn(TurnCommit(alice_ref("b"), "alice", [], b_bill.charges,
                                                hold=b_bill.hold))
             b_bill.settle()
@@ -777,3 +954,426 @@ async def test_turn_locks_and_roles_exclude_other_processes(store: Store,
         await taken.release()
     finally:
         await other.close()
+
+
+# --- scheduled jobs ----------------------------------------------------------------------
+TG_REF = ThreadRef("alice", "telegram:42", "telegram:42", "telegram")
+
+
+def job(user_id: str, ref: ThreadRef | None = None, next_run: float = 1_767_229_200.0,
+        job_id: str = "") -> Job:
+    """A daily 01:00 UTC message job, first due at 2026-01-01T01:00Z."""
+    return Job(job_id or f"job_{user_id}", user_id, ref or ThreadRef(
+        user_id, "t1", f"{user_id}--t1", "dashboard"), "", 100, "cron", "0 1 * * *", "UTC",
+        "message", "Stand up!", "run_once", "active", next_run,
+        created_at="2026-01-01T00:00:00Z")
+
+
+@covers("create_job", "list_jobs", "get_job", "set_job_state", "delete_job", "time_zone",
+        "set_time_zone")
+async def test_jobs_are_made_under_a_limit_listed_paused_and_deleted(store: Store) -> None:
+    await users(store)
+    address = json.dumps({"chat_id": 42, "topic": 7})
+    await store.inbox_add(InboxEntry("telegram", "m1", "telegram:42", "{}", 10, b"x"))
+    await store.inbox_add(InboxEntry("telegram", "m2", "telegram:42", address, 4096, b"x"))
+    made = await store.create_job(job("alice", TG_REF, job_id="job_a"), 2)
+    # a job takes the address of its conversation's latest channel message
+    assert made is not None and (made.address, made.max_chars) == (address, 4096)
+    assert await store.create_job(job("alice", job_id="job_b"), 2) is not None
+    assert await store.create_job(job("alice", job_id="job_c"), 2) is None  # at the limit
+    assert [j.id for j in await store.list_jobs("alice")] == ["job_a", "job_b"]
+    assert await store.get_job("job_a") == made and await store.get_job("job_z") is None
+    paused = await store.set_job_state("alice", "job_a", "paused", None)
+    assert paused is not None and (paused.state, paused.next_run) == ("paused", None)
+    assert await store.set_job_state("bob", "job_a", "active", 1.0) is None  # not bob's
+    resumed = await store.set_job_state("alice", "job_a", "active", 1_767_315_600.0)
+    assert resumed is not None and (resumed.state, resumed.next_run) == ("active",
+                                                                         1_767_315_600.0)
+    assert not await store.delete_job("bob", "job_a")
+    assert await store.delete_job("alice", "job_a") and await store.get_job("job_a") is None
+    assert await store.time_zone("alice") is None
+    assert await store.set_time_zone("alice", "Europe/Paris")
+    assert await store.time_zone("alice") == "Europe/Paris"
+    assert not await store.set_time_zone("nobody", "UTC")
+
+
+@covers("claim_jobs", "next_job_wake", "finish_job", "job_runs", "commit_turn", "deliveries")
+async def test_a_run_is_claimed_with_a_lease_and_committed_once(store: Store,
+                                                                clock: Clock) -> None:
+    await users(store)
+    await store.inbox_add(InboxEntry("telegram", "m1", "telegram:42", '{"chat_id": 42}', 99,
+                                     b"x"), answered=True)
+    assert await store.next_job_wake() is None
+    await store.create_job(job("alice", TG_REF), 10)
+    due = 1_767_229_200.0
+    assert await store.next_job_wake() == due
+    assert await store.claim_jobs(due - 1, 30, 10) == []  # not due yet
+    first = await store.claim_jobs(due, 30, 10)
+    assert [(lease.job.id, lease.due) for lease in first] == [("job_alice", due)]
+    assert await store.claim_jobs(due + 29, 30, 10) == []  # leased
+    assert await store.next_job_wake() == due + 30  # the lease's end
+    # its process died: once the lease ends another claim takes the run, with a new token
+    clock.advance(3600 + 40)
+    second = await store.claim_jobs(due + 40, 30, 10)
+    assert [lease.due for lease in second] == [due] and second[0].token != first[0].token
+    outcome = JobOutcome("job_alice", second[0].token, due, "sent", "", (), due + 86400,
+                         deliver=True)
+    reply = TurnCommit(ref=TG_REF, billed_user="alice",
+                       messages=[NewMessage("assistant", "Stand up!", 3)], charges=[], job=outcome)
+    # the first claim's late result writes nothing, neither as a turn nor as a skip, even
+    # before the claim that took it over commits
+    with pytest.raises(Conflict):
+        await store.commit_turn(dataclasses.replace(
+            reply, job=dataclasses.replace(outcome, token=first[0].token)))
+    assert not await store.finish_job(dataclasses.replace(outcome, token=first[0].token,
+                                                          status="skipped"))
+    await store.commit_turn(reply)
+    with pytest.raises(Conflict):  # nor does the same claim twice
+        await store.commit_turn(reply)
+    _, messages = await store.rolling_memory("telegram:42")
+    assert [m.content for m in messages] == ["Stand up!"]
+    deliveries = await store.deliveries("telegram:42")
+    assert [(d.message_id, d.address, d.max_chars, d.text) for d in deliveries] == [
+        (outcome.message_id, '{"chat_id": 42}', 99, "Stand up!")]
+    ran = await store.get_job("job_alice")
+    assert ran is not None and (ran.next_run, ran.runs, ran.last_status) == (
+        due + 86400, 1, "sent")
+    assert await store.next_job_wake() == due + 86400
+    # a late run skipped records itself and every time it missed
+    (late,) = await store.claim_jobs(due + 3 * 86400, 30, 10)
+    assert await store.finish_job(JobOutcome(
+        "job_alice", late.token, late.due, "skipped", "missed", (due + 2 * 86400,),
+        due + 4 * 86400))
+    runs = await store.job_runs("job_alice", 10)
+    assert [(r.due, r.status) for r in runs] == [
+        (due + 2 * 86400, "missed"), (due + 86400, "skipped"), (due, "sent")]
+    skipped = await store.get_job("job_alice")
+    assert skipped is not None and (skipped.runs, skipped.misses) == (1, 2)
+    # a one-time job's last run leaves it done, and nothing to wake for
+    (once,) = await store.claim_jobs(due + 4 * 86400, 30, 10)
+    assert await store.finish_job(JobOutcome("job_alice", once.token, once.due, "skipped"))
+    done = await store.get_job("job_alice")
+    assert done is not None and (done.state, done.next_run) == ("done", None)
+    assert await store.next_job_wake() is None
+
+
+@covers("claim_jobs")
+async def test_processes_claiming_at_once_share_the_due_runs(store: Store,
+                                                             clock: Clock) -> None:
+    await users(store)
+    for number in range(60):
+        await store.create_job(job("bob", job_id=f"job_{number:02}", next_run=100.0), 100)
+    other = await another_process(store, clock) or store
+    try:
+        claims = await asyncio.gather(*(process.claim_jobs(200.0, 60, 7)
+                                        for process in [store, other] * 6))
+        claimed = [lease.job.id for leases in claims for lease in leases]
+        assert len(claimed) == len(set(claimed)) == 60
+    finally:
+        if other is not store:
+            await other.close()
+
+
+# --- administration and budgets ----------------------------------------------------------
+def by(actor: str, action: str, target: str | None, source: str = "127.0.0.1",
+       **details: object) -> AuditEntry:
+    return AuditEntry(actor, action, target, dict(details), source)
+
+
+@covers("set_flag", "set_daily_credits", "find_users", "audit_log", "user_for_token",
+        "access_epoch")
+async def test_roles_blocks_and_daily_caps_are_changed_with_their_audit_rows(
+        store: Store, clock: Clock) -> None:
+    await users(store)
+    await store.create_user("carol", "free", 0, 0, "2026-01")
+    await store.replace_token("bob", "bob-hash")
+    epoch = await store.access_epoch()
+    promoted = by("root", "user.promote", "alice", "cli")
+    alice = await store.set_flag("alice", "admin", True, promoted)
+    assert alice.admin and not alice.blocked
+    assert await store.access_epoch() != epoch  # token caches forget what they hold
+    bob = await store.set_flag("bob", "blocked", True, by("alice", "user.block", "bob"))
+    assert bob.blocked and not bob.admin
+    found = await store.user_for_token("bob-hash")
+    assert found is not None and found.blocked  # authentication sees the block
+    with pytest.raises(NotFound):
+        await store.set_flag("nobody", "blocked", True, by("alice", "user.block", "nobody"))
+    with pytest.raises(ValueError):
+        await store.set_flag("bob", "plan", True, by("alice", "user.plan", "bob"))
+    clock.advance(60)
+    capped = await store.set_daily_credits("carol", 50, by("alice", "budget.set", "carol",
+                                                           dailyCredits=50))
+    assert capped.daily_credits == 50
+    assert (await store.set_daily_credits("carol", None, by(
+        "alice", "budget.set", "carol", dailyCredits=None))).daily_credits is None
+
+    async def ids(query: UserQuery) -> list[str]:
+        return [user.user_id for user in await store.find_users(query)]
+    assert await ids(UserQuery(10)) == ["alice", "bob", "carol"]
+    assert await ids(UserQuery(10, search="O")) == ["bob", "carol"]  # any case
+    assert await ids(UserQuery(1, after="alice")) == ["bob"]
+    assert await ids(UserQuery(10, blocked=True)) == ["bob"]
+    assert await ids(UserQuery(10, admin=True)) == ["alice"]
+    assert await ids(UserQuery(10, admin=False, plan="free")) == ["carol"]
+
+    log = await store.audit_log(AuditQuery(10))  # newest first; nothing of what was refused
+    assert [(r.entry.action, r.entry.target) for r in log] == [
+        ("budget.set", "carol"), ("budget.set", "carol"), ("user.block", "bob"),
+        ("user.promote", "alice")]
+    assert log[-1].entry == promoted and log[0].entry.details == {"dailyCredits": None}
+    assert log[0].at == iso_utc(clock()) and log[-1].at == iso_utc(clock() - 60)
+    assert [r.entry.action for r in await store.audit_log(AuditQuery(10, actor="root"))] == [
+        "user.promote"]
+    assert [r.entry.target for r in await store.audit_log(
+        AuditQuery(10, action="user.block"))] == ["bob"]
+    assert await store.audit_log(AuditQuery(2, before=log[1].id)) == log[2:]
+    assert await store.audit_log(AuditQuery(10, since=iso_utc(clock()))) == log[:2]
+
+
+@covers("append_audit", "audit_log")
+async def test_the_audit_log_is_append_only(store: Store) -> None:
+    await store.append_audit(by("root", "audit.export", None, "cli", rows=0))
+    [record] = await store.audit_log(AuditQuery(5))
+    assert (record.entry.target, record.entry.details) == (None, {"rows": 0})
+    # no method changes or removes a row...
+    assert sorted(name for name in store_methods() if "audit" in name) == [
+        "append_audit", "audit_log"]
+    # ...and the schema refuses a change made behind the store's back
+    statements = ("UPDATE audit_log SET actor = 'someone else'", "DELETE FROM audit_log")
+    if isinstance(store, SQLiteStore):
+        conn = sqlite3.connect(store.path)
+        try:
+            for statement in statements:
+                with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                    conn.execute(statement)
+        finally:
+            conn.close()
+    else:
+        assert isinstance(store, PostgresStore)
+        connection = await asyncpg.connect(store.url)
+        try:
+            for statement in statements:
+                with pytest.raises(asyncpg.exceptions.RaiseError, match="append-only"):
+                    await connection.execute(statement)
+        finally:
+            await connection.close()
+    assert await store.audit_log(AuditQuery(5)) == [record]
+
+
+def spend(calls: int, credits: int, minutes: int = 0, tokens: tuple[int, int] = (0, 0)
+          ) -> Spend:
+    return Spend(calls, tokens[0], tokens[1], credits, minutes)
+
+
+def report_of(report: UsageReport) -> dict[tuple[str, str], tuple[int, int, int]]:
+    return {(row.bucket, row.group): (row.spend.calls, row.spend.credits, row.spend.minutes)
+            for row in report.rows}
+
+
+async def seed_usage(store: Store, clock: Clock) -> None:
+    """Two days of alice's and bob's spending, every way it is booked: turns on two channels
+    with a tool round, a turn's calls recorded without it, browser minutes, a summary; a
+    grant (not usage). Starts at 2026-01-01T00:00Z."""
+    await users(store)  # alice: free, bob: pro
+    tg = ThreadRef("alice", "telegram:1", "telegram:1", "telegram")
+    await store.commit_turn(TurnCommit(REF, "alice", [NewMessage("user", "q", 1),
+                                                      NewMessage("assistant", "a", 1)],
+                                       [Charge("chat", "m1", 10, 5, 3),
+                                        Charge("tool_round", "m1", 20, 5, 4, tool="calc")]))
+    clock.advance(3600)  # 01:00
+    await store.commit_turn(dataclasses.replace(turn(tg, "q", "a", credits=7), charges=[
+        Charge("chat", "m2", 10, 5, 7)]))
+    await store.commit_turn(turn(BOB_REF, "q", "a", credits=2))  # model m
+    await store.record_charges("alice", "alice--t1", [Charge("chat", "m2", 10, 5, 5)])
+    assert await store.take_minutes("alice", "telegram:1", 3) == 3
+    ids = [m.id for m in (await store.rolling_memory("alice--t1"))[1]]
+    assert await store.commit_summary(SummaryCommit("alice--t1", "alice", 0, "s", 1, ids[0],
+                                                    Charge("summarize", "m1", 1, 1, 1)))
+    await store.grant_credits("alice", 100)
+    clock.advance(86_400)  # 2026-01-02T01:00
+    await store.commit_turn(turn(BOB_REF, "q", "a", credits=6))
+
+
+@covers("usage_report", "commit_turn", "commit_summary", "record_charges", "take_minutes")
+async def test_the_usage_rollups_hold_what_the_ledger_holds(store: Store, clock: Clock) -> None:
+    await seed_usage(store, clock)
+
+    async def report(group_by: str, bucket: str = "day", top: int = 10) -> UsageReport:
+        start, end = ("2026-01-01", "2026-01-03") if bucket == "day" else (
+            "2026-01-01T00", "2026-01-03T00")
+        return await store.usage_report(UsageQuery(start, end, bucket, group_by, top))
+
+    by_model = await report("model")
+    assert report_of(by_model) == {
+        ("2026-01-01", "m1"): (3, 8, 0), ("2026-01-01", "m2"): (2, 12, 0),
+        ("2026-01-01", "m"): (1, 2, 0), ("2026-01-01", ""): (0, 0, 3),
+        ("2026-01-02", "m"): (1, 6, 0)}
+    assert by_model.total == spend(7, 28, 3, (71, 31))
+    assert report_of(await report("channel")) == {
+        ("2026-01-01", "dashboard"): (5, 15, 0), ("2026-01-01", "telegram"): (1, 7, 3),
+        ("2026-01-02", "dashboard"): (1, 6, 0)}
+    assert report_of(await report("tool")) == {
+        ("2026-01-01", ""): (5, 18, 0), ("2026-01-01", "calc"): (1, 4, 0),
+        ("2026-01-01", "browser"): (0, 0, 3), ("2026-01-02", ""): (1, 6, 0)}
+    assert report_of(await report("plan")) == {
+        ("2026-01-01", "free"): (5, 20, 3), ("2026-01-01", "pro"): (1, 2, 0),
+        ("2026-01-02", "pro"): (1, 6, 0)}
+    assert report_of(await report("plan", "hour")) == {
+        ("2026-01-01T00", "free"): (2, 7, 0), ("2026-01-01T01", "free"): (3, 13, 3),
+        ("2026-01-01T01", "pro"): (1, 2, 0), ("2026-01-02T01", "pro"): (1, 6, 0)}
+    by_user = await report("user", top=1)
+    assert [(user, s.credits, s.minutes) for user, s in by_user.spenders] == [("alice", 20, 3)]
+    assert report_of(by_user) == {("2026-01-01", "alice"): (5, 20, 3)}
+    both = await report("user")
+    assert [(user, s.credits) for user, s in both.spenders] == [("alice", 20), ("bob", 8)]
+    narrow = await store.usage_report(UsageQuery("2026-01-02", "2026-01-03", "day", "plan", 5))
+    assert narrow.total.credits == 6 and [u for u, _ in narrow.spenders] == ["bob"]
+    # a deleted account's own rows go with it; the totals keep its spending, nameless
+    assert await store.delete_user("bob")
+    after = await report("plan")
+    assert after.total == by_model.total and [u for u, _ in after.spenders] == ["alice"]
+
+
+@covers("health", "inbox_add", "answer_inbox", "delivery_finished", "emit",
+        "webhook_attempts", "create_job", "set_job_state")
+async def test_health_counts_the_queues_failing_endpoints_and_jobs(store: Store,
+                                                                   clock: Clock) -> None:
+    await users(store)
+    for n in range(3):
+        await store.inbox_add(InboxEntry("telegram", f"m{n}", "telegram:1", "{}", 10, b"x"))
+    await store.answer_inbox("telegram", "m0", "first")
+    clock.advance(5)
+    await store.answer_inbox("telegram", "m1", "second")
+    await store.inbox_add(InboxEntry("slack", "s1", "slack:1", "{}", 10, b"x"))
+    await store.answer_inbox("slack", "s1", "gone")
+    await store.delivery_finished("slack", "s1", "channel_not_found")
+    await store.create_webhook(dataclasses.replace(
+        webhook("alice", ("thread.cleared",), "wh_a"), url="https://hooks.example.com/x?k=1"))
+    await store.create_webhook(webhook("bob", ("thread.cleared",), "wh_b"))
+    told: list[WebhookDelivery] = []
+    store.webhooks_queued = told.extend
+    for user in ("alice", "alice", "bob"):
+        await store.emit(user, [webhook_events.thread_cleared(REF)])
+    first, second, healthy = told
+    await store.webhook_attempts([
+        WebhookAttempt(first.id, "failed", 8, 500, 0.0, "HTTP 500"),
+        WebhookAttempt(second.id, "pending", 2, None, clock() + 60, "timed out"),
+        WebhookAttempt(healthy.id, "delivered", 1, 204, 0.0, None)])
+    await store.create_job(job("alice"), 10)
+    await store.create_job(job("bob"), 10)
+    await store.set_job_state("bob", "job_bob", "paused", None)
+
+    health = await store.health(clock() - 3600)
+    assert [(c.channel, c.inbox_pending, c.outbox_pending, c.failed)
+            for c in health.channels] == [("slack", 0, 0, 1), ("telegram", 1, 2, 0)]
+    assert health.channels[1].oldest_pending == pytest.approx(clock() - 5)
+    [failing] = health.webhooks
+    assert (failing.webhook_id, failing.user_id, failing.retrying, failing.failed) == (
+        "wh_a", "alice", 1, 1)
+    assert (failing.last_status, failing.last_error) == (None, "timed out")  # the latest
+    assert health.jobs == {"active": 1, "paused": 1}
+    later = await store.health(clock() + 1)  # the failure is older than that
+    assert [(w.retrying, w.failed) for w in later.webhooks] == [(1, 0)]
+
+
+@covers("commit_turn", "get_user", "webhook_deliveries")
+async def test_credits_low_is_told_once_a_day_near_the_daily_cap(store: Store,
+                                                                 clock: Clock) -> None:
+    await users(store)  # alice: 1,000 credits
+    await store.create_webhook(webhook("alice"))
+
+    def spend_today(credits: int, thread: str = "t1") -> TurnCommit:
+        return dataclasses.replace(turn(alice_ref(thread), "q", "a", credits=credits),
+                                   daily_cap=100)
+
+    async def told() -> list[dict[str, Any]]:
+        deliveries = await store.webhook_deliveries("alice", "wh_alice", 100)
+        return [json.loads(d.body)["data"] for d in reversed(deliveries)]
+
+    for credits in (50, 29):
+        await store.commit_turn(spend_today(credits))  # 79: under 80% of 100
+    assert await told() == []
+    await store.commit_turn(spend_today(1))  # 80: reached
+    await store.commit_turn(spend_today(30))  # 110: past the cap (one turn may overshoot)
+    [data] = await told()
+    assert data == {"reason": "daily_cap", "spentToday": 80, "threshold": 80,
+                    "dailyCredits": 100, "day": "2026-01-01",
+                    "resetsAt": "2026-01-02T00:00:00Z"}
+    [last] = await store.webhook_deliveries("alice", "wh_alice", 1)
+    assert last.body == webhook_events.body(webhook_events.CREDITS_LOW, iso_utc(clock()), data)
+    alice = await store.get_user("alice")
+    assert alice is not None and (alice.spent_day, alice.spent_today) == ("2026-01-01", 110)
+    clock.advance(86_400)  # a new day: counted afresh, told again
+    await store.commit_turn(spend_today(85))
+    assert [d["spentToday"] for d in await told()] == [80, 85]
+    alice = await store.get_user("alice")
+    assert alice is not None and (alice.spent_day, alice.spent_today) == ("2026-01-02", 85)
+    assert alice.active_at == iso_utc(clock())
+
+
+@covers("load_turn", "get_user", "set_daily_credits")
+async def test_concurrent_turns_overshoot_the_daily_cap_by_one_call_at_most(
+        store: Store, clock: Clock) -> None:
+    """As the balance's: many turns of one user at once, with tool rounds, half through
+    another process on PostgreSQL; the day's spending never passes the cap by a call's worst
+    case, refusals say it is the daily cap, and the next day has the whole allowance again."""
+    settings = settings_with()
+    most = worst_case(settings, settings.max_context, settings.llm_max_tokens)
+    cap = 12 * most + 5
+    await store.create_user("alice", "team", 10**9, 0, "2026-01")
+    await store.set_daily_credits("alice", cap, by("root", "budget.set", "alice", "cli"))
+    other = await another_process(store, clock)
+    stores = [store] if other is None else [store, other]
+    quotas = [quotas_for(s, settings, clock) for s in stores]
+    rng = random.Random(11)
+    capped: list[DailyCapReached] = []
+
+    async def pause() -> None:
+        await asyncio.sleep(rng.uniform(0, 0.004))
+
+    async def turn_after_turn(worker: int) -> None:
+        for n in range(5):
+            which = (worker + n) % len(stores)
+            try:
+                await run_turn(stores[which], quotas[which], settings,
+                               alice_ref(f"w{worker}-{n}"),
+                               [settings.max_context] * (2 + (worker + n) % 2), pause)
+            except DailyCapReached as exc:
+                capped.append(exc)
+            except CreditsBusy:
+                pass
+            await pause()
+
+    try:
+        await asyncio.gather(*(turn_after_turn(worker) for worker in range(12)))
+    finally:
+        if other is not None:
+            await other.close()
+    alice = await store.get_user("alice")
+    assert alice is not None and alice.spent_day == "2026-01-01"
+    assert cap - most < alice.spent_today < cap + most, f"spent {alice.spent_today} of {cap}"
+    assert alice.credits == 10**9 - alice.spent_today  # the balance itself was never short
+    assert capped and capped[0].resets_at == "2026-01-02T00:00:00Z"
+    clock.advance(86_400)
+    assert await run_turn(store, quotas[0], settings, alice_ref("next-day"),
+                          [settings.max_context], _nothing) > 0
+
+
+@covers("compact_usage", "usage_report")
+async def test_compacting_the_rollups_keeps_every_figure(store: Store, clock: Clock) -> None:
+    await seed_usage(store, clock)
+    query = UsageQuery("2026-01-01T00", "2026-01-03T00", "hour", "channel", 10)
+    before = await store.usage_report(query)
+    if isinstance(store, PostgresStore):  # the hours' rows are in their accounts' shards
+        connection = await asyncpg.connect(store.url)
+        try:
+            sharded = "SELECT count(*) FROM usage_hours WHERE shard <> 0"
+            assert await connection.fetchval(sharded) > 0
+            assert await store.compact_usage("2026-01-01T00", "2026-01-03T00") > 0
+            assert await connection.fetchval(sharded) == 0
+        finally:
+            await connection.close()
+    else:
+        assert await store.compact_usage("2026-01-01T00", "2026-01-03T00") == 0
+    assert await store.usage_report(query) == before
+    assert await store.compact_usage("2026-01-01T00", "2026-01-03T00") == 0  # done already

@@ -153,6 +153,30 @@ async def test_a_saved_password_never_shows_in_a_preview(
     assert "Hunter2" not in streaming_loop.texts()[-1]
 
 
+async def test_a_password_in_its_longest_spelling_never_shows_in_a_preview(
+        streaming_loop: StreamingLoopChannel, start_gateway: StartGateway,
+        fake_llm: FakeLLM) -> None:
+    # repr() of the UTF-8 bytes writes each € as \xe2\x82\xac: 12 characters for one.
+    password = "€€€€-€€€€"
+    spelled = str(password.encode("utf-8"))[2:-1]
+    harness = await start_gateway()
+    harness.gateway.inbox.preview_interval_seconds = 0.01
+    await harness.gateway.receive(streaming_loop.message("m0", "hi"))
+    await harness.gateway.drain()
+    token = await harness.gateway.accounts.issue_token("loop:ada")
+    saved = await harness.client.put(
+        "/api/user/browser-credentials", headers={"Authorization": f"Bearer {token}"},
+        json={"site": "example.com", "username": "ada", "password": password})
+    assert saved.status == 200
+    answer = f"The bytes are {spelled}, keep them. " + "More words follow here. " * 30
+    fake_llm.script = [Scripted(body=completion(answer), piece_chars=4, piece_delay=0.002)]
+    await harness.gateway.receive(streaming_loop.message("m1", "spell my password"))
+    await harness.gateway.drain()
+    assert streaming_loop.previews
+    assert not any(spelled[:12] in text for _, text in streaming_loop.previews)
+    assert streaming_loop.texts()[-1].startswith("The bytes are [redacted], keep them.")
+
+
 @pytest.mark.parametrize("events", [
     pytest.param(b"data: []\n\n", id="event-not-an-object"),
     pytest.param(b'data: {"choices": "many"}\n\n', id="choices-not-a-list"),

@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.tools import MAX_RESULT_CHARS, Tool, ToolCall, ToolContext, run_tool
+from gateway import Image
+from gateway.config.settings import Settings
+from gateway.tools import MAX_RESULT_CHARS, Tool, ToolCall, ToolContext, ToolOutput, run_tool
+from gateway.turn.tool_pictures import pictures_note, tool_pictures
 from plugins.tools import CALCULATOR, CURRENT_TIME, MAX_EXPRESSION_CHARS
 
 CONTEXT = ToolContext(user_id="alice", thread_id="t1", session_key="alice--t1")
@@ -25,9 +29,9 @@ SHORT_TIMEOUT = 0.2
 
 async def call(tools: dict[str, Tool], name: str, arguments: Any,
                timeout: float = SHORT_TIMEOUT) -> str:
-    """``run_tool`` with ``arguments`` as the model would send them (JSON text)."""
+    """``run_tool`` with ``arguments`` as the model would send them (JSON text): the text."""
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return await run_tool(tools, ToolCall("call_1", name, raw), CONTEXT, timeout)
+    return (await run_tool(tools, ToolCall("call_1", name, raw), CONTEXT, timeout)).text
 
 
 async def calculate(expression: str) -> str:
@@ -144,12 +148,38 @@ async def test_current_time_explains_an_unknown_time_zone(zone: str) -> None:
     assert "iso" not in json.loads(result)
 
 
+# The issue 28 passwords: a quote of each kind, a no-break space, DEL. repr() escapes them.
+ESCAPED_BY_REPR = ["Pa'ss\"w0rd!", "correct\u00a0horse9", "plainpass\u007f1"]
+
+
+@pytest.mark.parametrize("zone", [*ESCAPED_BY_REPR, "Europe"])  # Europe: a directory of zones
+async def test_an_unknown_time_zone_is_echoed_as_the_model_wrote_it(zone: str) -> None:
+    # Never repr(): redaction finds a saved password in the text the model wrote.
+    result = json.loads(await call(BUILTINS, "current_time", {"timezone": zone}))
+
+    assert result == {"error": f'unknown time zone "{zone}"; use an IANA name like Europe/Paris'}
+
+
+@pytest.mark.parametrize("zone", [["Europe/Paris"], {"zone": "Pa'ss\"w0rd!"}, 42])
+async def test_a_time_zone_that_is_not_text_is_refused_without_echoing_it(zone: Any) -> None:
+    result = json.loads(await call(BUILTINS, "current_time", {"timezone": zone}))
+
+    assert result == {"error": "the time zone must be a string, an IANA name like Europe/Paris"}
+
+
 # --- run_tool: failures become text -------------------------------------------------------------
 async def test_unknown_tool_name_is_an_error_result() -> None:
     result = await call(BUILTINS, "rm_rf", {})
 
     assert result.startswith("error: ")
     assert "rm_rf" in result
+
+
+@pytest.mark.parametrize("name", ESCAPED_BY_REPR)
+async def test_an_unknown_tool_name_is_echoed_as_the_model_wrote_it(name: str) -> None:
+    result = await call(BUILTINS, name, {})
+
+    assert result == f'error: there is no tool named "{name}"'
 
 
 @pytest.mark.parametrize("arguments", ['{"expression": "1+1"', "not json", "{'a': 1}"])
@@ -251,3 +281,31 @@ def test_tool_schema_is_in_openai_tools_format() -> None:
     assert schema["function"]["name"] == "calculator"
     assert schema["function"]["parameters"]["required"] == ["expression"]
     assert schema["function"]["description"]
+
+
+# --- pictures a tool returns -------------------------------------------------------------------
+def _picture(size: int, mime: str = "image/png") -> Image:
+    return Image(mime, b"\x89" * size, "p.png")
+
+
+async def test_a_tool_s_pictures_come_with_its_text_four_at_most() -> None:
+    async def snap(arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        return ToolOutput("six shots", tuple(_picture(n + 1) for n in range(6)))
+    tools = {"snap": Tool("snap", "Pictures.", {"type": "object"}, snap)}
+    output = await run_tool(tools, ToolCall("c1", "snap", "{}"), CONTEXT, SHORT_TIMEOUT)
+    assert output.text == "six shots\n[2 more pictures left out]"
+    assert [len(p.data) for p in output.pictures] == [1, 2, 3, 4]
+
+
+def test_only_a_vision_model_is_shown_pictures_of_a_type_and_size_it_takes(
+        make_settings: Callable[..., Settings]) -> None:
+    pictures = (_picture(10), _picture(10, "image/tiff"), _picture(5000), _picture(0))
+    assert tool_pictures(pictures, make_settings(llm_vision=False)) == ()
+    vision = make_settings(llm_vision=True, llm_max_image_bytes=100)
+    assert tool_pictures(pictures, vision) == (pictures[0],)
+    assert pictures_note(4, 1, True) == ("\n[3 of 4 pictures not shown: too large, or not "
+                                         "PNG, JPEG, GIF or WebP]")
+    assert pictures_note(2, 0, False) == ("\n[the 2 pictures were not shown: this model reads "
+                                          "no pictures]")
+    assert pictures_note(2, 2, True) == "\n[2 pictures: shown in the next message]"
+    assert pictures_note(0, 0, True) == ""

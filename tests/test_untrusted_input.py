@@ -38,7 +38,8 @@ NOT_UTF8 = b"\xff\xfe"
 HUGE_INT = b"1" * 5000
 # Sample values for path parameters and the query parameters handlers read, so that a request
 # gets past them to whatever it is meant to test.
-PATH_VALUES = {"thread_id": "t1", "name": "s1", "webhook_id": "wh_" + "0" * 24}
+PATH_VALUES = {"thread_id": "t1", "name": "s1", "webhook_id": "wh_" + "0" * 24, "user_id": "bob",
+               "job_id": "job_" + "0" * 16}
 QUERY = "?threadId=t1&key=k&site=example.com"
 
 
@@ -72,14 +73,17 @@ def http_request(method: str, path: str, headers: list[tuple[bytes, bytes]] | No
 
 
 async def raw_exchange(harness: Harness, data: bytes, timeout: float = 5.0) -> RawResponse:
-    """Write ``data`` and read until the server closes the connection (within ``timeout``)."""
+    """Write ``data`` and read until the server closes the connection (within ``timeout``).
+
+    An event stream (``/api/jobs/events``) stays open by design: for one, only the status and
+    headers are read."""
     server = harness.client.server
     assert server.host is not None and server.port is not None
     reader, writer = await asyncio.open_connection(server.host, server.port)
     try:
         writer.write(data)
         await writer.drain()
-        received = await asyncio.wait_for(reader.read(), timeout)
+        received = await asyncio.wait_for(_read_response(reader), timeout)
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):
@@ -91,6 +95,17 @@ async def raw_exchange(harness: Harness, data: bytes, timeout: float = 5.0) -> R
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return RawResponse(int(status_line.split(" ")[1]), headers, body)
+
+
+async def _read_response(reader: asyncio.StreamReader) -> bytes:
+    """The whole response, or only its head when it is an event stream."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as closed:
+        return closed.partial
+    if b"content-type: text/event-stream" in head.lower():
+        return head
+    return head + await reader.read()
 
 
 def served_routes(app: web.Application) -> list[tuple[str, str]]:

@@ -51,7 +51,7 @@ async def test_usage_lists_the_ledger_newest_first_with_every_field(
     assert [(e["kind"], e["model"], e["thread"], e["promptTokens"], e["completionTokens"],
              e["credits"], e["browserMinutes"]) for e in entries] == [
         ("browser", "", "alice--t2", 0, 0, 0, 3),
-        ("chat", "fake-model-2", "alice--t2", 1500, 1000, 5, 0),
+        ("chat", "fake-model", "alice--t2", 1500, 1000, 5, 0),  # the configured model's name
         ("chat", "fake-model", "alice--t1", 1000, 0, 1, 0),
         ("grant", "", None, 0, 0, -500, -30),
     ]

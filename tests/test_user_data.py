@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import ON_POSTGRES, Harness
-from tests.test_cli import acloudybot
+from tests.test_cli import acloudybot, cloudybot
 
 MARKER = "zebra-quartz-7731"  # in alice's words: found nowhere after her deletion
 
@@ -55,6 +56,7 @@ async def test_the_export_holds_everything_about_the_caller_and_nothing_else(
         f"{MARKER} note {n}" for n in range(5)]
     assert thread["summary"] and thread["pinned"] == {"code": MARKER}
     assert read("account.json")["holds"]["threads"] == 2
+    assert read("account.json")["admin"] is False and read("account.json")["lastActive"]
     assert read("specialists.json") == {"chef": f"cook {MARKER}"}
     assert read("browser-credentials.json") == [{"site": "shop.example", "username": "ada"}]
     assert {row["kind"] for row in read("usage.json")} >= {"chat", "summarize"}
@@ -82,7 +84,7 @@ async def test_deleting_a_user_leaves_no_byte_of_them(
     exported = await acloudybot(data_dir, "users", "export", "alice", "--out",
                                 str(data_dir.parent / "alice.zip"), **env)
     assert exported.returncode == 0, exported.stderr
-    deleted = await acloudybot(data_dir, "users", "delete", "alice", **env)
+    deleted = await acloudybot(data_dir, "users", "delete", "alice", "--yes", **env)
     assert deleted.returncode == 0, deleted.stderr
     assert "deleted alice: 2 thread(s)" in deleted.stdout
 
@@ -90,6 +92,19 @@ async def test_deleting_a_user_leaves_no_byte_of_them(
     assert b"bob stays" in _files_bytes(data_dir) or ON_POSTGRES
     shown = await acloudybot(data_dir, "users", "show", "alice", **env)
     assert shown.returncode == 1
-    again = await acloudybot(data_dir, "users", "delete", "alice", **env)
+    again = await acloudybot(data_dir, "users", "delete", "alice", "--yes", **env)
     assert again.returncode == 1 and "no user 'alice'" in again.stderr
     assert zipfile.ZipFile(data_dir.parent / "alice.zip").namelist()
+
+
+def test_the_cli_export_is_readable_by_its_owner_only(data_dir: Path) -> None:
+    """0600 like the data files, whether ``--out`` is new or an older export (0644) is there."""
+    assert cloudybot(data_dir, "users", "add", "alice").returncode == 0
+    fresh, older = data_dir.parent / "fresh.zip", data_dir.parent / "older.zip"
+    older.write_bytes(b"an older export, longer than the new one " * 1000)
+    older.chmod(0o644)
+    for out in (fresh, older):
+        exported = cloudybot(data_dir, "users", "export", "alice", "--out", str(out))
+        assert exported.returncode == 0, exported.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        assert zipfile.ZipFile(out).namelist()  # the whole file is the new archive

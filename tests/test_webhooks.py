@@ -275,9 +275,24 @@ PRIVATE_URLS = ["http://127.0.0.1:9/x", "http://localhost:9/x", "http://[::1]:9/
                 "http://10.1.2.3/x", "http://192.168.0.10/x", "http://172.16.5.4/x",
                 "http://169.254.169.254/latest/meta-data/", "http://[::ffff:127.0.0.1]/x",
                 "http://100.100.100.200/", "http://[fd00:ec2::254]/", "http://0.0.0.0/"]
+# Special-purpose addresses, and private ones in the IPv6 forms that carry an IPv4 address,
+# that Python's ipaddress (3.11) calls global; and hosts spelt as numbers.
+SPECIAL_URLS = ["http://192.0.0.192/", "http://192.0.0.9/", "http://192.31.196.1/",
+                "http://192.52.193.1/", "http://192.88.99.1/", "http://192.175.48.1/",
+                "http://224.0.0.1/", "http://239.255.255.250:1900/",
+                "http://[64:ff9b::127.0.0.1]:9/x", "http://[64:ff9b::a9fe:a9fe]/latest/",
+                "http://[64:ff9b::10.0.0.1]/", "http://[64:ff9b:1::808:808]/",
+                "http://[2002:7f00:1::]/", "http://[2002:a9fe:a9fe::1]/",
+                "http://[2002:c0a8:1::]/", "http://[::127.0.0.1]/", "http://[::10.0.0.1]/",
+                "http://[fec0::1]/", "http://[ff02::1]/", "http://[ff0e::1]/",
+                "http://[2620:4f:8000::1]/", "http://[2001:20::1]/", "http://[3fff::1]/",
+                "http://[5f00::1]/", "http://[100:0:0:1::1]/", "http://[4000::1]/",
+                "http://[fe80::1%25eth0]/", "http://2130706433/", "http://0x7f.1/",
+                "http://017700000001/", "http://127.0.0.1./", "http://0xa9fea9fe/",
+                "http://localhost./", "http://[fe80::1%eth0]/", "http://[::ffff:7f00:1]/"]
 
 
-@pytest.mark.parametrize("url", PRIVATE_URLS)
+@pytest.mark.parametrize("url", PRIVATE_URLS + SPECIAL_URLS)
 async def test_private_destinations_are_refused_at_registration(harness: Harness,
                                                                 url: str) -> None:
     alice = await harness.user("alice")
@@ -309,6 +324,35 @@ async def test_a_destination_whose_dns_turns_private_is_refused_at_delivery(
     [logged] = await deliveries(harness, alice, created["id"])
     assert logged["status"] == "failed" and "refused" in logged["lastError"]
     assert "127.0.0.1" in logged["lastError"]
+
+
+@pytest.mark.parametrize("answer", ["192.0.0.192", "64:ff9b::7f00:1", "2002:7f00:1::",
+                                    "::7f00:1", "::ffff:127.0.0.1", "fec0::1"])
+async def test_a_destination_resolving_to_a_special_form_is_refused_at_delivery(
+        start_gateway: Callable[..., Awaitable[Harness]], receiver: WebhookReceiver,
+        answer: str) -> None:
+    harness = await start_gateway(webhooks_retry_seconds=())
+    dispatcher = harness.gateway.webhooks
+    answers = {"hooks.example.com": ["93.184.216.34"]}
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[host]
+    dispatcher.resolve = resolve
+    alice = await harness.user("alice")
+    local = await receiver.start()
+    created = await register(harness, alice, receiver,
+                             url=local.replace("127.0.0.1", "hooks.example.com"))
+    answers["hooks.example.com"] = [answer]
+
+    assert (await harness.chat(alice, "where to?")).status == 200
+    await until(dispatcher.idle)
+
+    assert receiver.received == [] and asked == ["hooks.example.com"] * 2
+    [logged] = await deliveries(harness, alice, created["id"])
+    assert logged["status"] == "failed"
+    assert logged["lastError"].startswith(f"refused: hooks.example.com is {answer}, ")
 
 
 async def test_with_private_allowed_the_same_rebinding_is_delivered(

@@ -51,6 +51,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from gateway import (
+    PICTURE_TYPES,
     Attachment,
     Channel,
     ChatCommand,
@@ -78,7 +79,6 @@ CONNECT_RETRY_SECONDS = (1, 2, 5, 10, 30, 60)
 RATE_LIMIT_WAIT_SECONDS = 30.0  # discord.py waits out shorter 429s; longer: the outbox
 ACK_SECONDS = 2.0  # an interaction is deferred by then, stored or not (Discord's limit: 3 s)
 TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}")
-PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_PICTURES = 4  # per message
 FILE_HOSTS = frozenset({"cdn.discordapp.com", "media.discordapp.net"})
 TEXT_ONLY = ("I can only read text for now — send me your question as a message "

@@ -16,15 +16,29 @@ class SlackSettings:
 
     bot_token: str = setting("", "xoxb- bot token; empty: the Slack channel is off",
                              secret=True)
-    signing_secret: str = setting("", "signing secret that verifies POST /slack/events",
-                                  secret=True)
+    signing_secret: str = setting("", "signing secret that verifies POST /slack/events "
+                                  "(the Events API)", secret=True)
+    app_token: str = setting("", "xapp- app-level token (scope connections:write): Socket "
+                             "Mode, events over a websocket the gateway opens, no public "
+                             "address needed", secret=True)
     api_base: str = setting("https://slack.com/api/", "Web API base URL, ending in / "
                             "(AsyncWebClient)", parse=options.name)
 
     def __post_init__(self) -> None:
-        if self.bot_token and not self.signing_secret:
-            raise ValueError("CLOUDYBOT_SLACK_SIGNING_SECRET is required with "
-                             "CLOUDYBOT_SLACK_BOT_TOKEN: Slack requests must be verified")
+        if self.bot_token and not (self.signing_secret or self.app_token):
+            raise ValueError("CLOUDYBOT_SLACK_BOT_TOKEN needs CLOUDYBOT_SLACK_APP_TOKEN (Socket "
+                             "Mode) or CLOUDYBOT_SLACK_SIGNING_SECRET (the Events API): "
+                             "without either no event reaches the gateway")
+
+    def half_set(self) -> list[str]:
+        """One warning line per setting that does nothing as configured (set without the bot
+        token that would use it). A bot token without a way in for events is an error
+        instead (see ``__post_init__``): that channel would run and never hear anything."""
+        if self.bot_token:
+            return []
+        return [f"slack: CLOUDYBOT_SLACK_{name.upper()} is set but CLOUDYBOT_SLACK_BOT_TOKEN "
+                "is not: the Slack channel is off" for name in ("signing_secret", "app_token")
+                if getattr(self, name)]
 
 
 @hookimpl
@@ -35,8 +49,12 @@ def plugin_settings() -> PluginSettings:
 
 @hookimpl
 def register_channels(host: PluginHost) -> list[Channel]:
-    """Register the Slack channel (a reserved name only, without a bot token)."""
-    if not host.settings.plugin(SlackSettings).bot_token:
+    """Register the Slack channel (a reserved name only, without a bot token, warning about
+    the settings that are then unused)."""
+    settings = host.settings.plugin(SlackSettings)
+    for warning in settings.half_set():
+        host.log.warning("%s", warning)
+    if not settings.bot_token:
         return [ReservedChannel(NAME)]
     from .adapter import SlackChannel
 

@@ -1,10 +1,13 @@
-"""The Slack channel, on slack-bolt (async) behind the gateway's own aiohttp server.
+"""The Slack channel, on slack-bolt (async): the Events API behind the gateway's own aiohttp
+server, or Socket Mode (:mod:`channels.slack.socket_mode`, with an app token), or both.
 
-``POST /slack/events`` is verified (signature v0 with ``CLOUDYBOT_SLACK_SIGNING_SECRET``, timestamps
-older than 5 minutes refused: 401) before anything is parsed; then bolt answers
-``url_verification`` and runs the listeners before it acks (``process_before_response``): an
-event is acknowledged only once it is committed to the gateway's durable inbox, which takes
-milliseconds, well within Slack's 3 seconds.
+``POST /slack/events``, served when ``CLOUDYBOT_SLACK_SIGNING_SECRET`` is set, is verified
+(signature v0 with that secret, timestamps older than 5 minutes refused: 401) before anything
+is parsed, by this module alone (bolt's own check is off, so there is one check and its tests
+test it); then bolt answers ``url_verification`` and runs the listeners before it acks
+(``process_before_response``), over HTTP and Socket Mode alike: an event is acknowledged only
+once it is committed to the gateway's durable inbox, which takes milliseconds, well within
+Slack's 3 seconds.
 
 - ``message.im``: a DM turn, key ``slack:{team}:{channel}``.
 - ``app_mention``: a turn in the mention's thread, key ``slack:{team}:{channel}:{thread_ts}``
@@ -40,12 +43,14 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway import (
+    PICTURE_TYPES,
     Attachment,
     BadRequest,
     Channel,
@@ -65,6 +70,7 @@ from gateway import (
 
 from . import NAME, SlackSettings
 from .mrkdwn import escape, from_slack, to_mrkdwn
+from .socket_mode import SocketMode, check_app_token
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +83,15 @@ IN_A_CHANNEL = ("In a channel my memory is per thread: mention me in a thread to
                 "Use /cloudybot {name} in a DM with me; /cloudybot help lists what works "
                 "anywhere.")
 COMMAND_ACK_SECONDS = 2.0  # Slack wants the ack within 3 s
+HTTP_SECONDS = 30  # per Web API call or download, as slack_sdk's own default
 # Posted replies: no link or media previews (see send), no name linking.
 UNLINKED: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False, "link_names": False}
 # auth.test's errors that mean the token itself is refused (not a passing failure).
 REFUSED_TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive",
                                   "token_revoked", "token_expired", "no_permission"})
 TOKEN_FORMAT = re.compile(r"xox[bp]-[A-Za-z0-9-]{8,}")
+APP_TOKEN_FORMAT = re.compile(r"xapp-[A-Za-z0-9-]{8,}")
 FILE_HOST = "files.slack.com"
-PICTURE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_PICTURES = 4  # per message
 NOT_STORED = "cloudybot_not_stored"  # context flag: the event could not enter the inbox
 WORKING_ON_IT = "Working on it: I'll confirm here in a moment."
@@ -111,7 +118,8 @@ def _pictures(event: dict[str, Any]) -> tuple[Attachment, ...]:
 
 
 class SlackChannel(Channel):
-    """Slack through slack-bolt's AsyncApp, served on ``POST /slack/events``."""
+    """Slack through slack-bolt's AsyncApp, served on ``POST /slack/events`` and/or over a
+    Socket Mode connection."""
 
     name = NAME
 
@@ -120,26 +128,37 @@ class SlackChannel(Channel):
         self.host = host
         self.bolt: AsyncApp | None = None
         self.verifier: SignatureVerifier | None = None
+        self.socket: SocketMode | None = None
+        self._holding: asyncio.Task[None] | None = None
         self.command_ack_seconds = COMMAND_ACK_SECONDS
         self._token = settings.bot_token
-        if TOKEN_FORMAT.fullmatch(self._token):  # only a real token: masking "x" mangles logs
-            redact_in_logs(self._token)
+        self._app_token = settings.app_token
+        for token, form in ((self._token, TOKEN_FORMAT), (self._app_token, APP_TOKEN_FORMAT)):
+            if form.fullmatch(token):  # only a real token: masking "x" mangles logs
+                redact_in_logs(token)
         if len(settings.signing_secret) >= 16:  # Slack's are 32 hex digits
             redact_in_logs(settings.signing_secret)
         # Pictures are downloaded only from Slack's file host (or the configured API's host).
         self._file_hosts = {FILE_HOST, urlparse(settings.api_base).hostname or ""}
-        self._downloads: aiohttp.ClientSession | None = None
+        # One HTTP session, its connections kept alive, for the Web API and picture downloads:
+        # without it slack_sdk opens a session, and a connection, per call.
+        self._http: aiohttp.ClientSession | None = None
         if settings.bot_token:
-            self.verifier = SignatureVerifier(settings.signing_secret)
+            if settings.signing_secret:
+                self.verifier = SignatureVerifier(settings.signing_secret)
             client = AsyncWebClient(token=settings.bot_token,
                                     base_url=settings.api_base)
             client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-            self.bolt = AsyncApp(client=client, signing_secret=settings.signing_secret,
+            # One signature check, ours, in events(): before the body is parsed or anything
+            # stored. Bolt's own would only repeat it, and hide ours from every test.
+            self.bolt = AsyncApp(client=client, request_verification_enabled=False,
                                  process_before_response=True)
             self.bolt.event("message")(self._on_message)
             self.bolt.event("app_mention")(self._on_mention)
             self.bolt.command("/cloudybot")(self._on_command)
             self.bolt.error(self._on_error)
+            if settings.app_token:
+                self.socket = SocketMode(host, settings.app_token, client, self.dispatch)
 
     @property
     def enabled(self) -> bool:
@@ -147,16 +166,21 @@ class SlackChannel(Channel):
         return self.bolt is not None
 
     def check_token(self) -> None:
-        """Raise ConfigError unless the bot token looks like one (no request is made)."""
+        """Raise ConfigError unless the bot token (and the app token, when set) look like
+        Slack's (no request is made)."""
         if self.enabled and not TOKEN_FORMAT.fullmatch(self._token):
             raise ConfigError("CLOUDYBOT_SLACK_BOT_TOKEN is not a Slack bot token: expected "
                               "xoxb- followed by letters, digits and dashes")
+        if self._app_token and not APP_TOKEN_FORMAT.fullmatch(self._app_token):
+            raise ConfigError("CLOUDYBOT_SLACK_APP_TOKEN is not a Slack app-level token: "
+                              "expected xapp- followed by letters, digits and dashes (Basic "
+                              "Information, App-Level Tokens)")
 
     def routes(self) -> list[web.RouteDef]:
-        """``POST /slack/events`` when enabled (a malformed token is a ConfigError here, before
-        the server starts)."""
+        """``POST /slack/events`` when a signing secret is set (a malformed token is a
+        ConfigError here, before the server starts)."""
         self.check_token()
-        return [web.post("/slack/events", self.events)] if self.enabled else []
+        return [web.post("/slack/events", self.events)] if self.verifier is not None else []
 
     async def events(self, request: web.Request) -> web.Response:
         """Verify the signature before parsing anything, then let bolt ack and dispatch."""
@@ -181,16 +205,26 @@ class SlackChannel(Channel):
                                             headers=dict(request.headers))
         except (ValueError, RecursionError, AttributeError, TypeError):
             raise BadRequest("the body is not a Slack payload", code="invalid_body") from None
-        response = await self.bolt.async_dispatch(bolt_request)
-        if bolt_request.context.get(NOT_STORED):
-            raise Unavailable("the event cannot be stored right now; Slack will retry")
+        response = await self.dispatch(bolt_request)
         if response.status == 404:  # bolt has no listener for it
-            if bolt_request.body.get("type") == "event_callback":
-                # An event type nobody here listens to: acknowledged, or Slack would retry it
-                # and in the end turn the subscription off.
-                return web.json_response({"ok": True})
             raise NotFound("no handler for this Slack request", code="unhandled_request")
         return await to_aiohttp_response(response)
+
+    async def dispatch(self, request: AsyncBoltRequest) -> BoltResponse:
+        """Let bolt run the listeners and answer (over HTTP or Socket Mode alike).
+
+        :raises Unavailable: the event could not be stored: do not acknowledge it, Slack
+            delivers it again.
+        """
+        assert self.bolt is not None
+        response = await self.bolt.async_dispatch(request)
+        if request.context.get(NOT_STORED):
+            raise Unavailable("the event cannot be stored right now; Slack will retry")
+        if response.status == 404 and request.body.get("type") == "event_callback":
+            # An event type nobody here listens to: acknowledged, or Slack would retry it and
+            # in the end turn the subscription off.
+            return BoltResponse(status=200, body="")
+        return response
 
     async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("slack: a listener failed: %s: %s", type(error).__name__, error)
@@ -313,13 +347,26 @@ class SlackChannel(Channel):
                          text=mrkdwn, thread_ts=address.get("thread_ts"), **UNLINKED)
 
     async def start(self) -> None:
-        """Check the token, with Slack too (``auth.test``: a refused token stops start-up);
-        open the HTTP session that downloads pictures (vision)."""
+        """Open the HTTP session the Web API calls and picture downloads share; check the
+        tokens, with Slack too (``auth.test``, ``apps.connections.open``: a refused token
+        stops start-up); then hold the Socket Mode connection, when configured, in the one
+        process that does. Idempotent."""
         self.check_token()
-        if self.bolt is not None:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_SECONDS))
+        if self.bolt is not None and self._holding is None:
+            self.bolt.client.session = self._http
             await self._check_with_slack(self.bolt.client)
-        if self._downloads is None:
-            self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            if self.socket is not None:
+                await check_app_token(self.bolt.client, self._app_token)
+                self._holding = asyncio.get_running_loop().create_task(self.socket.hold())
+
+    async def stop(self) -> None:
+        """Let go of the Socket Mode connection (replies still go out over the Web API)."""
+        holding, self._holding = self._holding, None
+        if holding is not None:
+            holding.cancel()
+            await asyncio.gather(holding, return_exceptions=True)
 
     @staticmethod
     async def _check_with_slack(client: AsyncWebClient) -> None:
@@ -341,19 +388,22 @@ class SlackChannel(Channel):
         log.info("slack: connected as %s in %s", answer.get("user"), answer.get("team"))
 
     async def close(self) -> None:
-        """Close the download session."""
-        downloads, self._downloads = self._downloads, None
-        if downloads is not None:
-            await downloads.close()
+        """Close the Socket Mode connection and the HTTP session."""
+        await self.stop()
+        http, self._http = self._http, None
+        if self.bolt is not None:
+            self.bolt.client.session = None
+        if http is not None:
+            await http.close()
 
     async def fetch(self, attachment: Attachment, max_bytes: int) -> Image | None:
         """Download a picture from Slack's file host with the bot token; None when it is
         larger than ``max_bytes``, not a picture, or not on Slack's host."""
         url, mime = attachment.ref.get("url"), attachment.ref.get("mime")
-        if self._downloads is None or not isinstance(url, str) or mime not in PICTURE_TYPES \
+        if self._http is None or not isinstance(url, str) or mime not in PICTURE_TYPES \
                 or urlparse(url).hostname not in self._file_hosts:
             return None
-        async with self._downloads.get(url, headers={"Authorization": f"Bearer {self._token}"},
+        async with self._http.get(url, headers={"Authorization": f"Bearer {self._token}"},
                                        allow_redirects=False) as response:
             if response.status != 200 or (response.content_length or 0) > max_bytes:
                 return None

@@ -33,6 +33,24 @@ class TelegramSettings:
             raise ValueError("CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET must be 1-256 characters of "
                              "A-Z a-z 0-9 _ - (Telegram's rule)")
 
+    def half_set(self) -> list[str]:
+        """One warning line per half-set group of settings: each still lets the gateway run
+        (so none is an error), but does not do what it looks set up for."""
+        if not self.token:
+            return [f"telegram: CLOUDYBOT_TELEGRAM_{name.upper()} is set but "
+                    "CLOUDYBOT_TELEGRAM_TOKEN is not: the Telegram channel is off"
+                    for name in ("webhook_secret", "webhook_url") if getattr(self, name)]
+        if self.webhook_url and not self.webhook_secret:
+            return ["telegram: CLOUDYBOT_TELEGRAM_WEBHOOK_URL is set without "
+                    "CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET: long polling, and the URL is not "
+                    "registered (set the secret too to use the webhook)"]
+        if self.webhook_secret and not self.webhook_url:
+            return ["telegram: CLOUDYBOT_TELEGRAM_WEBHOOK_SECRET is set without "
+                    "CLOUDYBOT_TELEGRAM_WEBHOOK_URL: POST /telegram/webhook is served but not "
+                    "registered with Telegram, so nothing arrives unless you called setWebhook "
+                    "yourself (set the URL to have it registered at start-up)"]
+        return []
+
 
 @hookimpl
 def plugin_settings() -> PluginSettings:
@@ -42,8 +60,12 @@ def plugin_settings() -> PluginSettings:
 
 @hookimpl
 def register_channels(host: PluginHost) -> list[Channel]:
-    """Register the Telegram channel (a reserved name only, without a token)."""
-    if not host.settings.plugin(TelegramSettings).token:
+    """Register the Telegram channel (a reserved name only, without a token), warning about
+    half-set settings."""
+    settings = host.settings.plugin(TelegramSettings)
+    for warning in settings.half_set():
+        host.log.warning("%s", warning)
+    if not settings.token:
         return [ReservedChannel(NAME)]
     from .adapter import TelegramChannel
 

@@ -55,6 +55,7 @@ from telegram.ext import AIORateLimiter, ExtBot
 from telegram.warnings import PTBDeprecationWarning
 
 from gateway import (
+    PICTURE_TYPES,
     Attachment,
     BadRequest,
     Channel,
@@ -87,7 +88,6 @@ OVERALL_RATE = (float(FloodLimit.MESSAGES_PER_SECOND), 1.0)
 GROUP_RATE = (float(FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP), 60.0)
 TOKEN_FORMAT = re.compile(r"\d+:[A-Za-z0-9_-]+")  # what @BotFather gives: 123456:ABC-def_1
 # Telegram's words when it refuses a message's formatting (BadRequest): send it plain instead.
-PICTURE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 REFUSED_FORMATTING = re.compile(r"entit|pars|url", re.IGNORECASE)
 
 

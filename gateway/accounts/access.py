@@ -11,7 +11,7 @@ from gateway.accounts.secrets import hash_token, new_api_token
 from gateway.base import validation
 from gateway.base.errors import BadRequest, Unauthorized
 from gateway.billing.credits import period_of
-from gateway.config.settings import Settings
+from gateway.config.settings import Settings, unknown_plan
 from gateway.store import Store, User, WebSession
 
 AUTH_CACHE_SECONDS = 10.0
@@ -28,17 +28,23 @@ class Accounts:
         self.store = store
         self.clock = clock
         self._auth_cache: dict[str, tuple[float, User]] = {}
+        self._epoch: int | None = None  # the store's access epoch the cache is good for
 
     async def authenticate(self, token: str) -> User:
         """The account of an API token; raise Unauthorized.
 
-        Known tokens are remembered for ``AUTH_CACHE_SECONDS`` (a turn then costs no store call
-        for auth). A token replaced through this gateway stops working at once; one replaced
-        by another process (``cloudybot users token``) within that many seconds.
+        Known tokens are remembered for ``AUTH_CACHE_SECONDS`` (a request then costs no
+        token lookup), as long as the store's access epoch stays where it was: a token
+        revoked, replaced or deleted with its account, by this process or another, is
+        refused from the next request on (:meth:`Store.access_epoch`).
         """
         if not token:
             raise Unauthorized("missing or invalid API token")
         digest = hash_token(token)
+        epoch = await self.store.access_epoch()
+        if epoch != self._epoch:
+            self._auth_cache.clear()
+            self._epoch = epoch
         now = time.monotonic()
         cached = self._auth_cache.get(digest)
         if cached is not None and cached[0] > now:
@@ -46,6 +52,8 @@ class Accounts:
         user = await self.store.user_for_token(digest)
         if user is None:
             raise Unauthorized("missing or invalid API token")
+        if await self.store.access_epoch() != epoch:
+            return user  # a revocation came while it was read: answer, but remember nothing
         if len(self._auth_cache) >= AUTH_CACHE_SIZE:
             self._auth_cache.clear()
         self._auth_cache[digest] = (now + AUTH_CACHE_SECONDS, user)
@@ -58,7 +66,7 @@ class Accounts:
         plan_name = plan or self.settings.default_plan
         chosen = self.settings.plans.get(plan_name)
         if chosen is None:
-            raise BadRequest(f"no plan named {plan_name!r}", code="unknown_plan")
+            raise BadRequest(unknown_plan(plan_name, self.settings.plans), code="unknown_plan")
         opening = chosen.credits if credits is None else credits
         if opening < 0:
             raise BadRequest("credits must be >= 0", code="invalid_credits")
@@ -79,9 +87,7 @@ class Accounts:
     async def issue_token(self, user_id: str) -> str:
         """A new API token for the account; earlier tokens stop working."""
         token = new_api_token()
-        await self.store.replace_token(user_id, hash_token(token))
-        self._auth_cache = {digest: entry for digest, entry in self._auth_cache.items()
-                            if entry[1].user_id != user_id}
+        await self.store.replace_token(user_id, hash_token(token))  # moves the access epoch
         return token
 
     # --- the dashboard ----------------------------------------------------------------------

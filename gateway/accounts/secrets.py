@@ -45,24 +45,35 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def derived_key(configured: str) -> bytes:
+    """The 32-byte key of a configured ``CLOUDYBOT_SECRET_KEY``."""
+    return hashlib.sha256(configured.encode("utf-8")).digest()
+
+
+def read_key(path: Path) -> bytes:
+    """The 32-byte key a key file holds (made 0600); a file that holds none is a config
+    error."""
+    private_file(path)
+    try:
+        key = base64.urlsafe_b64decode(path.read_bytes().strip())
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise ConfigError(f"{path} does not hold a valid secret key") from None
+    return key
+
+
 def load_or_create_key(configured: str, data_dir: Path) -> bytes:
     """The 32-byte key: derived from ``configured`` if set, else read or created in data_dir."""
     if configured:
-        return hashlib.sha256(configured.encode("utf-8")).digest()
+        return derived_key(configured)
     path = data_dir / KEY_FILE_NAME
     private_dir(data_dir)
     try:
         # O_EXCL: two processes starting together never write two different keys.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        private_file(path)
-        try:
-            key = base64.urlsafe_b64decode(path.read_bytes().strip())
-        except ValueError:
-            key = b""
-        if len(key) != 32:
-            raise ConfigError(f"{path} does not hold a valid secret key") from None
-        return key
+        return read_key(path)
     key = AESGCM.generate_key(bit_length=256)
     with os.fdopen(fd, "wb") as handle:
         handle.write(base64.urlsafe_b64encode(key) + b"\n")
@@ -100,6 +111,9 @@ class SecretBox:
 #   ``\r`` ``\t``. The backslash of an escape may be doubled any number of times, so JSON text
 #   inside a JSON string (tool-call arguments in a session event) is found at any depth, and
 #   json.dumps output with ``ensure_ascii`` on or off, or any mix of the two, is found too;
+# * every Python-escaped spelling, the same way: ``repr()``, ``ascii()`` and the
+#   ``unicode_escape`` codec (``\'``, ``\xNN``, ``\uNNNN``, ``\UNNNNNNNN``), and ``repr()`` of
+#   the UTF-8 bytes or ``backslashreplace`` (each byte of a non-ASCII character as ``\xNN``);
 # * URL encoding (``quote``, ``quote_plus``): each character raw or as its UTF-8 bytes ``%XX``
 #   in either case, a space also as ``+``;
 # * base64 of the UTF-8 bytes (and of the ``ensure_ascii`` JSON-escaped bytes), standard and
@@ -108,12 +122,16 @@ class SecretBox:
 #   characters at either end, which mix the secret's bits with its neighbours', are left; so is
 #   base64 broken by line breaks inside the secret's span (MIME), which the gateway never writes.
 #
-# A match is replaced by ``[redacted]``. Structures (tool arguments, tool results, messages) are
-# redacted after decoding and before encoding, so JSON stays valid and keys are covered as well;
-# a chat message's own scaffolding (its keys, its role) is the protocol's and is left as it is.
+# A match is replaced by ``[redacted]``. What is redacted is what came from outside: the
+# user's words, the model's text and tool calls (id, name, arguments), a tool's result, never the
+# scaffolding the gateway writes around them: a chat message's keys and role, a tool call's keys
+# and type, the session file's records, the roles of the inspector's lines. JSON from outside (tool
+# arguments, a tool's result) is redacted after decoding and before encoding, so it stays valid
+# and its keys, which are outside words too, are covered as well.
 
-_JSON_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n",
-                       "\r": "r", "\t": "t"}
+# JSON's short escapes, and Python's ``\'`` (repr() of a string holding both quotes).
+_SHORT_ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n",
+                  "\r": "r", "\t": "t"}
 MAX_REDACTION_PASSES = 8
 MIN_BASE64_CORE_CHARS = 8  # a shorter core would match ordinary base64 by chance
 
@@ -124,21 +142,36 @@ def _hex(value: int, width: int) -> str:
 
 
 def _char_pattern(char: str) -> str:
-    """Every spelling of one character: JSON escapes (any depth), percent bytes, itself."""
+    """Every spelling of one character: JSON and Python escapes (any depth), percent bytes,
+    itself."""
     code = ord(char)
+    utf8 = char.encode("utf-8", "surrogatepass")
     if code > 0xFFFF:
         high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
-        forms = [rf"\\+u{_hex(high, 4)}\\+u{_hex(low, 4)}"]
+        forms = [rf"\\+u{_hex(high, 4)}\\+u{_hex(low, 4)}", rf"\\+U{_hex(code, 8)}"]
     else:
         forms = [rf"\\+u{_hex(code, 4)}"]
-    if char in _JSON_SHORT_ESCAPES:
-        forms.append(r"\\+" + re.escape(_JSON_SHORT_ESCAPES[char]))
-    forms.append("".join("%" + _hex(byte, 2)
-                         for byte in char.encode("utf-8", "surrogatepass")))
+    if code < 0x100:  # Python's repr(), ascii() and unicode_escape: \xNN
+        forms.append(rf"\\+x{_hex(code, 2)}")
+    if code >= 0x80:  # repr() of the UTF-8 bytes, or backslashreplace on decoding them
+        forms.append("".join(rf"\\+x{_hex(byte, 2)}" for byte in utf8))
+    if char in _SHORT_ESCAPES:
+        forms.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
+    forms.append("".join("%" + _hex(byte, 2) for byte in utf8))
     if char == " ":
         forms.append(r"\+")
     forms.append(re.escape(char))  # last: an escape is matched whole, never half
     return "(?:" + "|".join(forms) + ")"
+
+
+def longest_spelling(secret: str) -> int:
+    """The most characters ``secret`` takes in any encoding the redactor finds, with single
+    backslashes (a streamed preview holds back that many: a password still arriving is not
+    whole yet, so it cannot be redacted yet)."""
+    # Per character: \uXXXX (6), a surrogate pair (12), each UTF-8 byte as \xNN (4) or %XX
+    # (3); base64 is shorter than the escapes it encodes.
+    return sum(max(12 if ord(c) > 0xFFFF else 6, 4 * len(c.encode("utf-8", "surrogatepass")))
+               for c in secret)
 
 
 def _base64_cores(data: bytes) -> set[str]:
@@ -189,7 +222,9 @@ class Redactor:
         return REDACTED if self._pattern.search(text) else text
 
     def structure(self, value: Any) -> Any:
-        """A copy of decoded JSON (dicts, lists, strings) with every string redacted, keys too.
+        """A copy of decoded JSON that came from outside (tool arguments, a tool's result) with
+        every string redacted, keys too. Never for a structure the gateway writes: a chat
+        message goes through :meth:`chat_message`, which keeps the protocol's keys.
 
         A string that is itself JSON (tool-call arguments) is redacted as a structure.
         """

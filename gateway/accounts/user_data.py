@@ -3,8 +3,8 @@
 The export is a zip of JSON (pretty-printed) and JSONL files:
 
 - ``account.json``: the account, its balances and what it holds;
-- ``threads/{threadId}.json``: each thread's summary, pinned memory, rolling messages and
-  whole display transcript, oldest first;
+- ``threads/{threadId}.json``: each thread's title, summary, pinned memory, rolling messages
+  and whole display transcript, oldest first;
 - ``sessions/{threadId}/active.jsonl`` and ``…/{archive}.jsonl``: the agent sessions as
   stored (files or PostgreSQL);
 - ``specialists.json``, ``usage.json`` (the ledger), ``browser-credentials.json`` (sites and
@@ -70,13 +70,16 @@ async def export_user(store: Store, sessions: Sessions, secret_box: SecretBox,
     files["account.json"] = _json({
         "userId": user.user_id, "plan": user.plan, "credits": user.credits,
         "browserMinutes": user.browser_minutes, "period": user.period,
-        "createdAt": user.created_at, "holds": await store.user_counts(user_id)})
+        "createdAt": user.created_at, "admin": user.admin, "blocked": user.blocked,
+        "dailyCredits": user.daily_credits, "lastActive": user.active_at,
+        "holds": await store.user_counts(user_id)})
     for thread in threads:
         key = thread.ref.session_key
         _, rolling = await store.rolling_memory(key)
         files[f"threads/{thread.ref.thread_id}.json"] = _json({
-            "threadId": thread.ref.thread_id, "channel": thread.ref.channel,
-            "sessionKey": key, "createdAt": thread.created_at, "updatedAt": thread.updated_at,
+            "threadId": thread.ref.thread_id, "title": thread.title,
+            "titleSet": thread.named, "channel": thread.ref.channel, "sessionKey": key,
+            "createdAt": thread.created_at, "updatedAt": thread.updated_at,
             "summary": thread.summary, "pinned": await store.get_pinned(thread.ref),
             "rollingMessages": [{"role": m.role, "content": m.content} for m in rolling],
             "transcript": await _transcript(store, key)})
@@ -95,6 +98,12 @@ async def export_user(store: Store, sessions: Sessions, secret_box: SecretBox,
     files["webhooks.json"] = _json([
         {"id": w.id, "url": w.url, "events": list(w.events), "createdAt": w.created_at}
         for w in await store.list_webhooks(user_id)])
+    files["jobs.json"] = _json([
+        {"id": j.id, "threadId": j.ref.thread_id, "channel": j.ref.channel, "kind": j.kind,
+         "spec": j.spec, "timeZone": j.time_zone, "action": j.action, "text": j.text,
+         "misfire": j.misfire, "state": j.state, "nextRun": j.next_run, "runs": j.runs,
+         "misses": j.misses, "createdAt": j.created_at}
+        for j in await store.list_jobs(user_id)])
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
         for name, data in files.items():

@@ -4,7 +4,8 @@ dashboard session (served by the core app, :mod:`gateway.app`), declared in
 
 May import: ``gateway`` (its version), ``gateway.gateway``, ``gateway.base``, ``gateway.config``,
 ``gateway.store``, ``gateway.billing``, ``gateway.accounts``, ``gateway.webhooks``,
-``gateway.net``, ``gateway.turn``, ``gateway.commands``.
+``gateway.net``, ``gateway.observe`` (a request's trace context), ``gateway.turn``,
+``gateway.commands``, ``gateway.jobs``, ``gateway.interfaces`` (the pictures ``/chat`` takes).
 """
 
 from __future__ import annotations

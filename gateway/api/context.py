@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 from aiohttp import web
 
 from gateway.api.keys import gateway_key, user_key
 from gateway.base.errors import BadRequest
 from gateway.gateway import Gateway
+from gateway.observe import TraceContext
 from gateway.store import ThreadRef, User
 
 
@@ -45,11 +44,12 @@ def int_param(request: web.Request, name: str, default: int | None, *, low: int,
     return value
 
 
-TRACEPARENT = re.compile(r"[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
-
-
-def trace_of(request: web.Request) -> str | None:
-    """The request's W3C ``traceparent`` header when it is well formed (else ignored, as the
-    Trace Context specification asks)."""
-    value = request.headers.get("traceparent", "").strip().lower()
-    return value if TRACEPARENT.fullmatch(value) else None
+def trace_of(request: web.Request) -> TraceContext | None:
+    """The request's W3C Trace Context (``traceparent``, and ``tracestate`` with it) when
+    well formed: the turn's span becomes its child. A malformed one, or more than one
+    ``traceparent``, is ignored, as the Trace Context specification asks."""
+    parents = request.headers.getall("traceparent", ())
+    if len(parents) != 1:
+        return None
+    return TraceContext.from_headers(parents[0],
+                                     ",".join(request.headers.getall("tracestate", ())))

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.api.middleware import Handler
 
-ALLOWED_METHODS = "GET, POST, PUT, DELETE"
+ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, X-CSRF-Token, X-CloudyBot-Thread"
 EXPOSED_HEADERS = "Retry-After"
 PREFLIGHT_MAX_AGE = "600"  # seconds a browser may reuse a preflight's answer

@@ -22,30 +22,34 @@ def _hidden(text: str, secrets: tuple[str, ...]) -> str:
     return redact(text, secrets)
 
 
-def _message_text(message: dict[str, Any]) -> str:
-    """One recent message as a line of the ``recent`` layer."""
+def _message_text(message: dict[str, Any], secrets: tuple[str, ...]) -> str:
+    """One recent message as a line of the ``recent`` layer: its values hidden, never the
+    role or the words around them (a password may be ``assistant``)."""
     calls = message.get("tool_calls") or []
     if calls:
-        named = ", ".join(f"{call['function']['name']}({call['function']['arguments']})"
+        named = ", ".join(f"{_hidden(call['function']['name'], secrets)}"
+                          f"({_hidden(call['function']['arguments'], secrets)})"
                           for call in calls)
         return f"{message['role']} called {named}"
-    return f"{message['role']}: {message.get('content') or ''}"
+    return f"{message['role']}: {_hidden(message.get('content') or '', secrets)}"
 
 
 def _layers(prompt: Prompt, count: Any, secrets: tuple[str, ...]) -> list[dict[str, Any]]:
     layers = [{"name": name, "tokens": count(text), "text": _hidden(text, secrets)}
               for name, text in prompt.layers]
     if prompt.units:
-        text = "\n".join(_message_text(m) for unit in prompt.units for m in unit)
-        layers.append({"name": "recent", "tokens": sum(prompt.unit_costs),
-                       "text": _hidden(text, secrets)})
+        text = "\n".join(_message_text(m, secrets) for unit in prompt.units for m in unit)
+        layers.append({"name": "recent", "tokens": sum(prompt.unit_costs), "text": text})
     return layers
 
 
 async def get_context(request: web.Request) -> web.Response:
     """The next turn's prompt (``?specialist=`` as if the turn named one): each layer's text
     and tokens in prompt order, the whole prompt's tokens (message framing and the tool
-    schemas included) and how many recent messages are kept or dropped."""
+    schemas included) and how many recent messages are kept or dropped.
+
+    Any valid thread id answers, used or not (a new thread's first turn, as the dashboard
+    shows it); 404 only for someone else's channel thread."""
     gateway, user = caller(request)
     ref = await thread_from_path(request)
     specialist = request.query.get("specialist")

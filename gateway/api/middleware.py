@@ -1,6 +1,6 @@
 """HTTP errors are mapped once, here, to the JSON error object
-``{"error": {"code", "message"}}``; auth is checked here, and every request's headers and body
-are made safe to read before a handler sees them."""
+``{"error": {"code", "message"}}``; auth and CSRF are checked here, and every request's headers
+and body are made safe to read before a handler sees them."""
 
 from __future__ import annotations
 
@@ -14,10 +14,20 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
+from yarl import URL
 
 from gateway.api.keys import gateway_key, user_key, web_session_key
 from gateway.api.openai_errors import openai_error
-from gateway.base.errors import BadRequest, Forbidden, GatewayError, RateLimited, Unauthorized
+from gateway.base.errors import (
+    AccountBlocked,
+    AdminOnly,
+    BadRequest,
+    Forbidden,
+    GatewayError,
+    RateLimited,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -26,19 +36,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
 AUTHENTICATED_PREFIXES = ("/chat", "/api/", "/v1/")
+ADMIN_PREFIX = "/api/admin/"  # admin accounts only (403 admin_only)
 OPENAI_PREFIX = "/v1/"  # errors there are worded as the OpenAI API words them
 SESSION_COOKIE = "cloudybot_session"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None, openai: bool = False) -> web.Response:
+def error_response(status: int, code: str, message: str, openai: bool = False,
+                   param: str | None = None) -> web.Response:
     """The API's error body: ``{"error": {"code", "message"}}``; with ``openai``, the OpenAI
     API's (``{"error": {"message", "type", "code", "param"}}``)."""
-    body = openai_error(status, code, message) if openai \
+    body = openai_error(status, code, message, param) if openai \
         else {"error": {"code": code, "message": message}}
-    return web.json_response(body, status=status, headers=headers)
+    return web.json_response(body, status=status)
 
 
 @web.middleware
@@ -48,18 +59,21 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except GatewayError as exc:
-        headers = None
-        if isinstance(exc, RateLimited):
-            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         if exc.status >= 500:
             log.error("%s %s failed: %s", request.method, request.path, exc.message)
-        return error_response(exc.status, exc.code, exc.message, headers, openai)
+        response = error_response(exc.status, exc.code, exc.message, openai, exc.param)
+        if isinstance(exc, RateLimited):
+            response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, "http_error")
         message = exc.reason if exc.status != 413 else "request body too large"
-        return error_response(exc.status, code, message, openai=openai)
+        response = error_response(exc.status, code, message, openai=openai)
+        if "Allow" in exc.headers:  # a 405 names the methods the path takes (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except (HttpProcessingError, web.RequestPayloadError):
         # A body aiohttp could not decode (bad chunking, bad gzip): the rest of the stream
         # cannot be trusted.
@@ -146,7 +160,9 @@ def _is_protected(path: str) -> bool:
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """``/chat`` and ``/api/*`` need ``Authorization: Bearer <token>`` or a dashboard session
     cookie; with only the cookie, a request that changes state must carry the session's CSRF
-    token in ``X-CSRF-Token`` (403 ``csrf_failed`` otherwise)."""
+    token in ``X-CSRF-Token`` (403 ``csrf_failed`` otherwise). A blocked account is refused
+    (403 ``account_blocked``), and ``/api/admin/*`` answers admin accounts only (403
+    ``admin_only``)."""
     if _is_protected(request.path):
         accounts = request.app[gateway_key].accounts
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -165,7 +181,54 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
                                 f"{CSRF_HEADER}", code="csrf_failed")
             request[user_key] = session.user
             request[web_session_key] = session
+        user = request[user_key]
+        if user.blocked:
+            raise AccountBlocked()
+        if request.path.startswith(ADMIN_PREFIX) and not user.admin:
+            raise AdminOnly()
     return await handler(request)
+
+
+def _from_own_page(request: web.Request) -> bool:
+    """Whether a browser sent ``request`` from one of the gateway's own pages.
+
+    ``Sec-Fetch-Site`` (set by the browser, never by a page's script, and unchanged by a proxy
+    in front) says so when present; else ``Origin`` must be the gateway's own. A request with
+    neither comes from no web page (curl, an SDK), which no other site can make a browser send.
+    """
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site == "same-origin"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    try:
+        url = URL(origin)
+        return (url.scheme, url.host, url.port) == (
+            request.scheme, request.url.host, request.url.port)
+    except ValueError:  # "null" (a sandboxed or redirected page) or no URL at all
+        return False
+
+
+def require_own_page(request: web.Request) -> None:
+    """A route that sets or clears the session cookie answers only the gateway's own pages:
+    403 ``cross_site`` for a request another site's page made (login CSRF: signing a
+    browser into someone else's account)."""
+    if not _from_own_page(request):
+        raise Forbidden("the session cookie is set only for the gateway's own pages "
+                        "(Origin or Sec-Fetch-Site says this request came from another site)",
+                        code="cross_site")
+
+
+async def read_sign_in(request: web.Request) -> dict[str, object]:
+    """The body of a sign-in: a JSON object from the gateway's own page. 403 from another
+    site's page, 415 unless ``Content-Type: application/json`` (which a plain cross-site form
+    cannot send), 400 if not a JSON object."""
+    require_own_page(request)
+    if request.content_type != "application/json":
+        raise UnsupportedMediaType("sign in with Content-Type: application/json",
+                                   code="unsupported_media_type")
+    return await read_json_object(request)
 
 
 async def read_json_object(request: web.Request) -> dict[str, object]:

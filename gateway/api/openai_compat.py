@@ -28,6 +28,11 @@ from gateway.turn.request import Turn
 PREFIX = "/v1/"
 THREAD_HEADER = "X-CloudyBot-Thread"
 SPECIALIST_MODEL_PREFIX = "cloudybot/"
+TURN_MESSAGE = ("the last user message is the turn's message: its content, or its text parts "
+                "joined, must hold text that is not all whitespace, no NUL, within the /chat "
+                "message limit")
+
+
 async def get_models(request: web.Request) -> web.Response:
     """The configured model, and one ``cloudybot/{name}`` model per specialist of the user."""
     gateway, user = caller(request)
@@ -39,30 +44,76 @@ async def get_models(request: web.Request) -> web.Response:
         for name in names]})
 
 
+def _well_formed(message: object) -> bool:
+    """An object with a string ``role`` and a ``content`` that is a string, a list of part
+    objects or null (or absent)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return False
+    content = message.get("content")
+    return content is None or isinstance(content, str) or (
+        isinstance(content, list) and all(isinstance(part, dict) for part in content))
+
+
 def _message(messages: object, limit: int) -> str:
     """The text of the last ``user`` message (a string, or text parts)."""
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty array", code="invalid_messages")
-    last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"),
-                None)
+        raise BadRequest("messages must be a non-empty array", code="invalid_messages",
+                         param="messages")
+    if not all(_well_formed(m) for m in messages):
+        raise BadRequest("each message must be an object with a string role and a content "
+                         "that is a string or a list of part objects", code="invalid_messages",
+                         param="messages")
+    last = next((m for m in reversed(messages) if m["role"] == "user"), None)
     if last is None:
-        raise BadRequest("messages holds no user message", code="invalid_messages")
+        raise BadRequest("messages holds no user message", code="invalid_messages",
+                         param="messages")
     content = last.get("content")
     if isinstance(content, list):
-        if not all(isinstance(part, dict) for part in content):
-            raise BadRequest("a content part must be an object", code="invalid_messages")
         content = "\n".join(part["text"] for part in content
                             if part.get("type") == "text" and isinstance(part.get("text"), str))
     return validation.text(content, "message", limit)
 
 
+def _one_choice(n: object) -> None:
+    """``n`` absent, null or 1: the gateway answers one choice per turn (a turn is stored,
+    billed and remembered once), so ``n > 1`` is refused rather than quietly answered once."""
+    if n is None or (type(n) is int and n == 1):
+        return
+    if type(n) is int and n > 1:
+        raise BadRequest(f"n={n} is not supported: the gateway answers one choice per request "
+                         "(send n=1 or leave it out)", code="unsupported_value", param="n")
+    raise BadRequest("n must be the integer 1", code="invalid_value", param="n")
+
+
+def _object(body: dict[str, object], name: str) -> dict[str, object]:
+    """The optional object field ``name`` (``{}`` when absent or null); 400 if not an
+    object."""
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"{name} must be an object", code="invalid_value", param=name)
+    return value
+
+
+def _flag(body: dict[str, object], name: str, param: str) -> bool:
+    """The optional boolean field ``name`` (false when absent or null); 400 if not one."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"{param} must be true or false", code="invalid_value", param=param)
+    return value is True
+
+
 def _thread(request: web.Request, body: dict[str, object]) -> object:
+    """The thread's id: the header's, else ``metadata.thread_id`` (checked even when the header
+    wins, so that no malformed field passes unseen)."""
+    metadata = _object(body, "metadata")
+    named = validation.thread_id(metadata["thread_id"]) if "thread_id" in metadata else None
     header = request.headers.get(THREAD_HEADER)
     if header is not None:
         return header
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict) and "thread_id" in metadata:
-        return metadata["thread_id"]
+    if named is not None:
+        return named
     raise BadRequest(f"name the thread: the {THREAD_HEADER} header or metadata.thread_id",
                      code="missing_thread")
 
@@ -70,7 +121,9 @@ def _thread(request: web.Request, body: dict[str, object]) -> object:
 def _specialist(model: object, configured: str) -> str | None:
     if model is None or model == configured:
         return None
-    if isinstance(model, str) and model.startswith(SPECIALIST_MODEL_PREFIX):
+    if not isinstance(model, str):
+        raise BadRequest("model must be a string", code="invalid_value", param="model")
+    if model.startswith(SPECIALIST_MODEL_PREFIX):
         return validation.name(model[len(SPECIALIST_MODEL_PREFIX):], "specialist")
     raise NotFound(f"the model {model!r} does not exist: use {configured!r} or "
                    f"'{SPECIALIST_MODEL_PREFIX}<specialist>'", code="model_not_found")
@@ -86,6 +139,10 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     """One turn of the named thread, answered as an OpenAI chat completion (or its chunks)."""
     gateway, user = caller(request)
     body = await read_json_object(request)
+    _one_choice(body.get("n"))
+    streamed = _flag(body, "stream", "stream")
+    with_usage = _flag(_object(body, "stream_options"), "include_usage",
+                       "stream_options.include_usage")
     ref = await gateway.resolve_thread(user.user_id, _thread(request, body))
     message = _message(body.get("messages"), gateway.settings.max_message_chars)
     model = body.get("model")
@@ -93,7 +150,7 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     shown_model = model if isinstance(model, str) else gateway.settings.llm_model
     completion_id = f"chatcmpl-{secrets.token_hex(12)}"
     created = int(time.time())
-    if body.get("stream") is not True:
+    if not streamed:
         result = await gateway.run(Turn(user.user_id, ref, message, specialist,
                                         trace=trace_of(request)))
         return web.Response(body=jsonio.dumps({
@@ -102,8 +159,6 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result.reply},
                          "finish_reason": "stop", "logprobs": None}],
             "usage": _usage(result)}), content_type="application/json")
-    options = body.get("stream_options")
-    with_usage = isinstance(options, dict) and options.get("include_usage") is True
     deltas = ReplyDeltas()
     turn = gateway.spawn(gateway.run(Turn(user.user_id, ref, message, specialist,
                                           on_text=deltas.on_text, trace=trace_of(request))))
@@ -116,7 +171,8 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     except GatewayError as exc:
         if not chunks.started:
             raise
-        return await chunks.finish([openai_error(exc.status, exc.code, exc.message)])
+        return await chunks.finish([openai_error(exc.status, exc.code, exc.message,
+                                                 exc.param)])
     await chunks.last_text(result.reply)
     last = [chunks.chunk({}, "stop")]
     if with_usage:

@@ -10,7 +10,9 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "insuf
           429: "rate_limit_error"}
 
 
-def openai_error(status: int, code: str, message: str) -> dict[str, Any]:
-    """An error as the OpenAI API words it (``type`` from the status)."""
+def openai_error(status: int, code: str, message: str,
+                 param: str | None = None) -> dict[str, Any]:
+    """An error as the OpenAI API words it (``type`` from the status; ``param``: the request
+    field at fault, if one is)."""
     kind = _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}

@@ -24,10 +24,16 @@ OPENAPI_VERSION = "3.1.0"
 _document_key = web.AppKey("openapi_document", dict)  # filled at the first request
 _REASONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No content", 303: "See other",
             400: "Bad input", 401: "No valid token or session", 402: "Out of credits",
-            403: "Refused (a cookie session's change without its CSRF token)",
+            403: "Refused: a cookie session's change without its CSRF token (csrf_failed), a "
+                 "sign-in from another site's page (cross_site), a blocked account "
+                 "(account_blocked), an /api/admin/ route for an account that is not an "
+                 "admin (admin_only)",
             404: "No such thing for this caller", 408: "The body did not arrive in time",
-            413: "Too large", 429: "Rate limited, or the credits are held by other requests "
-            "in flight (see Retry-After)", 502: "The LLM provider failed",
+            409: "Conflict: nothing to replace (replaceLast), or the turn was stopped before "
+                 "the model wrote anything (nothing stored or charged)",
+            413: "Too large", 415: "The body is not application/json",
+            429: "Rate limited, or the credits are held by other requests in flight (see "
+                 "Retry-After)", 502: "The LLM provider failed",
             503: "Stopping, or the database is unavailable",
             504: "The LLM provider did not answer in time"}
 SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"session": []}]
@@ -118,8 +124,10 @@ def _operation(op: Operation, settings: Settings) -> dict[str, Any]:
         success["headers"] = {"Location": {"schema": s.STRING}}
     responses: dict[str, Any] = {str(op.status): success}
     statuses = (*COMMON_ERRORS, *op.errors) if op.authenticated else op.errors
-    for status in sorted(set(statuses)):
-        responses[str(status)] = {"description": _REASONS[status], "content": _json(error)}
+    notes = dict(op.notes)
+    for status in sorted(set(statuses) | set(notes)):
+        reason = f"{_REASONS[status]}: {notes[status]}" if status in notes else _REASONS[status]
+        responses[str(status)] = {"description": reason, "content": _json(error)}
         if status == 429:
             responses["429"]["headers"] = {"Retry-After": {"schema": s.INTEGER}}
     described: dict[str, Any] = {

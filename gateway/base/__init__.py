@@ -1,5 +1,5 @@
 """Foundations every other part uses: errors, identifier checks, text splitting, times,
-JSON, private files, logs, token counting, turn locks and metrics.
+JSON, private files, logs, token counting, turn locks, circuit breakers, metrics and pictures.
 
 Owns nothing of turns, channels, billing or storage.
 

@@ -8,12 +8,15 @@ class GatewayError(Exception):
 
     status = 500
     code = "internal_error"
+    param: str | None = None  # the request field at fault, when one is (OpenAI's ``param``)
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None,
+                 param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.param = param
 
 
 class ConfigError(GatewayError):
@@ -43,6 +46,26 @@ class Forbidden(GatewayError):
     code = "forbidden"
 
 
+class AccountBlocked(Forbidden):
+    """An admin blocked the account: its API calls and channel turns are refused (its data
+    stays)."""
+
+    code = "account_blocked"
+
+    def __init__(self, message: str = "this account is blocked; ask the gateway's operator") \
+            -> None:
+        super().__init__(message)
+
+
+class AdminOnly(Forbidden):
+    """The route is for admin accounts (``cloudybot users promote``)."""
+
+    code = "admin_only"
+
+    def __init__(self, message: str = "only an admin account may call this") -> None:
+        super().__init__(message)
+
+
 class PaymentRequired(GatewayError):
     """The user has no AI credits left."""
 
@@ -64,11 +87,25 @@ class Conflict(GatewayError):
     code = "conflict"
 
 
+class TurnStopped(Conflict):
+    """The turn was stopped (``POST /api/threads/{id}/stop``) before the model wrote anything:
+    nothing was stored or charged."""
+
+    code = "turn_stopped"
+
+
 class PayloadTooLarge(GatewayError):
     """A request body, or a prompt that cannot be trimmed, is too large."""
 
     status = 413
     code = "too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    """The request body is not of the media type the route reads."""
+
+    status = 415
+    code = "unsupported_media_type"
 
 
 class RateLimited(GatewayError):
@@ -102,11 +139,24 @@ class EmptyReply(ProviderError):
     code = "empty_reply"
 
 
-class ProviderTimeout(ProviderError):
+class ProviderUnavailable(ProviderError):
+    """The LLM provider cannot answer now (429, 5xx, 529, no connection, a timeout): another
+    provider may. ``reason`` says why, for metrics: the HTTP status, ``connection`` or
+    ``timeout``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ProviderTimeout(ProviderUnavailable):
     """The LLM provider did not answer in time."""
 
     status = 504
     code = "provider_timeout"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="timeout")
 
 
 class PluginError(GatewayError):

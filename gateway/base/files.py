@@ -1,4 +1,5 @@
-"""Files at rest: the gateway's directories are 0700, its data files 0600.
+"""Files at rest: the gateway's directories are 0700, its data files (and the exports it
+writes) 0600.
 
 Modes are set explicitly, not left to the umask, and tightened on every start, so a data dir
 made by an older version (0755 directories, a 0644 database) is fixed without a migration.
@@ -39,3 +40,14 @@ def private_file(path: Path, *, create: bool = False) -> None:
     if create:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
     _tighten(path, FILE_MODE)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` as the whole of ``path``, a file of mode 0600: a new file is created
+    with that mode, an existing one gets it before it is emptied, so no other user can ever
+    read a byte of ``data`` (whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    with open(fd, "wb") as file:
+        os.fchmod(fd, FILE_MODE)
+        file.truncate()
+        file.write(data)

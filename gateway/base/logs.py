@@ -2,7 +2,9 @@
 secret in any of them, whoever logs them (httpx logs Bot API URLs with the token).
 
 Channels register their secrets with :func:`redact_in_logs`; every log record's message is
-then checked and rewritten with the secret replaced. Installed once, process-wide.
+then checked and rewritten with the secret replaced. A turn adds its user's saved passwords
+with :func:`masking_in_logs`, for the lines written in its context. Installed once,
+process-wide.
 :func:`quiet_malformed_requests` keeps the raw bytes of requests aiohttp's parser refused (a
 token with a NUL byte in it) out of the log as well.
 """
@@ -17,7 +19,7 @@ import logging
 import os
 import reprlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -40,20 +42,50 @@ def mask_secrets(text: str) -> str:
 
 def redact_in_logs(*secrets: str) -> None:
     """Hide these strings in every log record from now on (empty strings are ignored)."""
-    global _installed
     _secrets.update(secret for secret in secrets if secret)
+    _install_masking()
+
+
+# The masking of the work in hand (a turn's, knowing its user's saved passwords in all their
+# encodings), applied to every line logged in its context: a provider plugin's words included.
+_context_mask: contextvars.ContextVar[Callable[[str], str] | None] = contextvars.ContextVar(
+    "cloudybot_log_mask", default=None)
+
+
+@contextlib.contextmanager
+def masking_in_logs(mask: Callable[[str], str]) -> Iterator[None]:
+    """Pass every log line written inside (and in what it spawns) through ``mask``."""
+    _install_masking()
+    token = _context_mask.set(mask)
+    try:
+        yield
+    finally:
+        _context_mask.reset(token)
+
+
+def _masked(text: str) -> str:
+    if _secrets and any(secret in text for secret in _secrets):
+        text = mask_secrets(text)
+    mask = _context_mask.get()
+    return mask(text) if mask is not None else text
+
+
+def _install_masking() -> None:
+    """Install the record factory that masks (once, process-wide)."""
+    global _installed
     if _installed:
         return
     make_record = logging.getLogRecordFactory()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = make_record(*args, **kwargs)
-        if _secrets:
+        if _secrets or _context_mask.get() is not None:
             message = record.getMessage()
-            if any(secret in message for secret in _secrets):
-                record.msg, record.args = mask_secrets(message), None
+            masked = _masked(message)
+            if masked != message:
+                record.msg, record.args = masked, None
             if record.exc_info:  # a traceback is formatted later: format and mask it now
-                record.exc_text = mask_secrets(logging.Formatter().formatException(record.exc_info))
+                record.exc_text = _masked(logging.Formatter().formatException(record.exc_info))
         return record
 
     logging.setLogRecordFactory(factory)

@@ -51,6 +51,14 @@ class Metrics:
         self.provider_errors = Counter(
             "cloudybot_provider_errors_total", "LLM provider calls that failed, by HTTP status "
             "the gateway answered", ["provider", "status"], registry=r)
+        self.provider_fallbacks = Counter(
+            "cloudybot_provider_fallbacks_total", "Calls passed from one provider of the "
+            "fallback chain (provider/model) to the next, by reason (the HTTP status, timeout, "
+            "connection, circuit_open)", ["from", "to", "reason"], registry=r)
+        self.provider_circuit = Gauge(
+            "cloudybot_provider_circuit_state", "Circuit breaker of each provider of the chain "
+            "(provider/model): 0 closed, 1 open (skipped), 2 half-open (one call probes it)",
+            ["provider"], registry=r)
         self.tokens = Counter("cloudybot_tokens_total", "Tokens billed, by kind of call and "
                               "direction", ["kind", "direction"], registry=r)
         self.credits = Counter("cloudybot_credits_total", "Credits charged, by kind of call",
@@ -61,6 +69,9 @@ class Metrics:
             registry=r)
         self.rotations = Counter("cloudybot_session_rotations_total",
                                  "Agent sessions that ended, by reason", ["reason"], registry=r)
+        self.connections_refused = Counter(
+            "cloudybot_connections_refused_total", "Connections answered 503 because their client "
+            "address already held max_connections_per_address", registry=r)
         self.inbox_depth = Gauge("cloudybot_inbox_depth",
                                  "Channel messages committed and not answered yet", ["channel"],
                                  registry=r)

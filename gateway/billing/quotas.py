@@ -23,10 +23,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.billing.credits import Admission as GuardAdmission
-from gateway.billing.credits import CreditGuard, RateLimiter, charge_for, worst_case
+from gateway.billing.credits import (
+    CallUsage,
+    CreditGuard,
+    RateLimiter,
+    charge_for,
+    daily_allowance,
+    worst_case,
+)
 from gateway.config.settings import Settings
 from gateway.store import Store
-from gateway.store.records import Charge, Claim, Claimed, User
+from gateway.store.records import Charge, Claim, Claimed, DailyAllowance, User
 
 # A hold of a process that died is forgotten after this long (each reservation renews it).
 HOLD_SECONDS = 300.0
@@ -45,8 +52,9 @@ class Admission(Protocol):
 
     async def check(self, user: User, limit: int, claimed: Claimed | None) -> None:
         """Raise 429 past the rate ``limit`` (requests a minute, 0: none) or while other turns
-        hold what is left, 402 when the balance is spent. ``user`` is the account as of now
-        (monthly grant applied); ``claimed`` what the read claimed."""
+        hold what is left, 402 when the balance is spent (``daily_cap_reached`` when the day's
+        cap is). ``user`` is the account as of now (monthly grant applied); ``claimed`` what
+        the read claimed."""
 
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Before a provider call: hold what was ``spent`` so far plus ``estimate`` (the call's
@@ -74,8 +82,10 @@ class Quotas(Protocol):
 class LocalQuotas:
     """Quotas of one process: the in-memory :class:`CreditGuard` and :class:`RateLimiter`."""
 
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, store: Store, settings: Settings, clock: Callable[[], float]) -> None:
         self.store = store
+        self.settings = settings
+        self.clock = clock
         self.credit_guard = CreditGuard()
         self.rate_limiter = RateLimiter(clock)
 
@@ -83,7 +93,7 @@ class LocalQuotas:
     async def admit(self, user_id: str) -> AsyncIterator[Admission]:
         """Admit a turn of ``user_id`` for the duration of the block."""
         with self.credit_guard.admit(user_id) as admission:
-            yield _LocalAdmission(self.store, self.rate_limiter, user_id, admission)
+            yield _LocalAdmission(self, user_id, admission)
 
     def prune(self) -> None:
         """Forget users with no turn in the rate window."""
@@ -92,28 +102,35 @@ class LocalQuotas:
 
 @dataclass
 class _LocalAdmission:
-    store: Store
-    limiter: RateLimiter
+    quotas: LocalQuotas
     user_id: str
     admission: GuardAdmission
 
     claim: Claim | None = None
     hold: str | None = None
+    daily: DailyAllowance | None = None  # the daily cap in force, as the check read it
+
+    def _daily(self, user: User) -> DailyAllowance | None:
+        return daily_allowance(self.quotas.settings, user, self.quotas.clock())
 
     async def check(self, user: User, limit: int, claimed: Claimed | None) -> None:
-        """Count the turn against the rate limit, then require credits (see
-        :meth:`billing.Admission.require`)."""
-        self.limiter.check(self.user_id, limit)
-        self.admission.require(user.credits)
+        """Count the turn against the rate limit, then require credits within the daily cap
+        (see :meth:`billing.Admission.require`)."""
+        self.quotas.rate_limiter.check(self.user_id, limit)
+        self.daily = self._daily(user)
+        self.admission.require(user.credits, daily=self.daily)
 
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Hold ``spent + estimate`` in this process's guard."""
-        self.admission.reserve(balance, estimate, spent)
+        self.admission.reserve(balance, estimate, spent, self.daily)
 
     async def reserve_alone(self, estimate: int) -> None:
         """Read the balance (after admission, as a turn does), then hold ``estimate``."""
-        user = await self.store.get_user(self.user_id)
-        self.admission.reserve(user.credits if user is not None else 0, estimate)
+        user = await self.quotas.store.get_user(self.user_id)
+        if user is None:
+            self.admission.reserve(0, estimate)
+            return
+        self.admission.reserve(user.credits, estimate, daily=self._daily(user))
 
     def settle(self, charged: int) -> None:
         """The hold becomes the charge."""
@@ -127,7 +144,8 @@ def new_claim(settings: Settings, now: float) -> Claim:
                  credits=worst_case(settings, settings.max_context, settings.llm_max_tokens),
                  now=now, expires=now + HOLD_SECONDS,
                  rate_limits={name: plan.requests_per_minute
-                              for name, plan in settings.plans.items()})
+                              for name, plan in settings.plans.items()},
+                 daily_caps={name: plan.daily_credits for name, plan in settings.plans.items()})
 
 class TurnBill:
     """One turn's billing from first call to end: before each provider call a hold for its
@@ -158,10 +176,10 @@ class TurnBill:
         estimate = worst_case(self._settings, prompt_tokens, self._settings.llm_max_tokens)
         await self._admission.reserve(self.balance, estimate, spent=self.spent)
 
-    def charge(self, kind: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Charge a call that answered, at the configured model's price."""
-        self.charges.append(charge_for(self._settings, kind, model, prompt_tokens,
-                                       completion_tokens))
+    def charge(self, kind: str, usage: CallUsage, tool: str = "") -> None:
+        """Charge a call that answered, at the price of the configured model that answered
+        it (``tool``: the tools whose results it read)."""
+        self.charges.append(charge_for(self._settings, kind, usage, tool))
 
     def refund_last(self) -> None:
         """The last call's answer could not be used (it was empty): it is not charged."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from gateway.base.errors import Unavailable
 from gateway.billing.credits import over_rate_limit, refuse
@@ -94,7 +94,7 @@ class _SharedAdmission:
         if user.credits > claimed.balance:
             await self.reserve(user.credits, self._claim.credits)
             return
-        refuse(policy.refusal(claimed.balance))
+        _refuse(claimed, 0)
 
     async def reserve(self, balance: int, estimate: int, spent: int = 0) -> None:
         """Hold ``spent + estimate`` unless this admission holds that much already."""
@@ -103,14 +103,14 @@ class _SharedAdmission:
             return
         claimed = await self._hold(spent, need)
         if not claimed.held:
-            refuse(policy.refusal(claimed.balance - spent))
+            _refuse(claimed, spent)
         self._held = need
 
     async def reserve_alone(self, estimate: int) -> None:
         """Hold ``estimate`` against the balance the claim reads (one statement)."""
         claimed = await self._hold(0, estimate)
         if not claimed.held:
-            refuse(policy.refusal(claimed.balance))
+            _refuse(claimed, 0)
         self._held = estimate
 
     def settle(self, charged: int) -> None:
@@ -127,4 +127,13 @@ class _SharedAdmission:
                     rate_limits: dict[str, int] | None = None) -> Claimed:
         now = self._clock()
         return await self._store.hold_credits(self._user_id, Claim(
-            self._claim.hold_id, need, now, now + HOLD_SECONDS, rate_limits), spent)
+            self._claim.hold_id, need, now, now + HOLD_SECONDS, rate_limits,
+            self._claim.daily_caps), spent)
+
+
+def _refuse(claimed: Claimed, spent: int) -> NoReturn:
+    """Raise what a claim the rules did not hold says, for a turn that has ``spent``: as
+    the in-memory guard raises it (:func:`gateway.billing.credits.refuse`)."""
+    daily = claimed.daily
+    refuse(policy.refusal(policy.spendable(claimed.balance, daily) - spent),
+           daily if policy.cap_refused(claimed.balance, spent, daily) else None)

@@ -1,6 +1,6 @@
-"""The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan,
-plans, usage, purge, deliveries, sessions list|show|export|rotate, migrate, plugins
-[enable|disable], new-plugin, completion."""
+"""The ``cloudybot`` command: serve, users add|list|show|export|delete|grant|token|revoke|plan|
+promote|demote|block|unblock|budget, plans, usage, audit, purge, deliveries, sessions
+list|show|export|rotate, migrate, plugins [enable|disable], new-plugin, completion."""
 
 from __future__ import annotations
 
@@ -11,25 +11,30 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeAlias, TypeVar
 
-from aiohttp import web
-
 from gateway import __version__
 from gateway.accounts import user_data
+from gateway.accounts.admin import Actor
 from gateway.accounts.retention import PurgeReport, Retention
 from gateway.accounts.secrets import SecretBox, load_or_create_key
 from gateway.app import build_app
 from gateway.base.errors import ConfigError, GatewayError
+from gateway.base.files import write_private
 from gateway.base.locks import KeyedLocks
 from gateway.base.logs import log_handler
 from gateway.base.times import iso_utc
 from gateway.base.tokens import TokenCounter
 from gateway.billing.credits import period_bounds
-from gateway.cli.completion import bash_script
+from gateway.cli import admin
+from gateway.cli.completion import SCRIPTS
+from gateway.cli.datadir import where
 from gateway.cli.progress import Tick, progress_bar
+from gateway.cli.running import config_path as _config_path
+from gateway.cli.running import load as _load
+from gateway.cli.running import settings_of as _settings
+from gateway.cli.running import with_gateway as _with_gateway
 from gateway.cli.scaffold import KINDS, write_plugin
 from gateway.cli.switch import switch_plugin
 from gateway.config.options import declared
@@ -39,55 +44,25 @@ from gateway.config.settings import (
     PLUGINS_DISABLED_VARIABLE,
     Settings,
     load_settings,
-    plugins_disabled,
+    unknown_plan,
 )
 from gateway.gateway import Gateway
 from gateway.memory import sessions_for
 from gateway.memory.sessions import Sessions, parse_events
 from gateway.plugins.manager import (
-    PluginManager,
     declared_settings,
     describe_plugins,
     installed_plugins,
     make_plugin_manager,
     plugin_names,
+    registered_names,
 )
+from gateway.server.connections import AddressCap
+from gateway.server.run import Listener, run
 from gateway.store import Delivery, ExpiredThread, User
-from gateway.store.backends import store_for
 
 T = TypeVar("T")
 LIST_PAGE = 500  # accounts read at a time by users list
-
-
-def _config_path(args: argparse.Namespace) -> Path | None:
-    """The config file: ``--config``, else ``$CLOUDYBOT_CONFIG``, else none (built-ins)."""
-    path = args.config or os.environ.get("CLOUDYBOT_CONFIG") or None
-    return Path(path) if path else None
-
-
-def _load(args: argparse.Namespace) -> tuple[Settings, PluginManager]:
-    """The installed plugins but those the configuration disables (never imported), and the
-    settings (core and plugins') from the file and the environment."""
-    path = _config_path(args)
-    pm = make_plugin_manager(disabled=plugins_disabled(path))
-    return load_settings(path, plugins=declared_settings(pm), installed=plugin_names(pm)), pm
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return _load(args)[0]
-
-
-def _with_gateway(settings: Settings, work: Callable[[Gateway], Awaitable[T]]) -> T:
-    """Run ``work`` against the store only: no provider, no channels."""
-    async def run() -> T:
-        gateway = Gateway(settings, make_plugin_manager(load_entry_points=False),
-                          store=store_for(settings))
-        await gateway.store.open()
-        try:
-            return await work(gateway)
-        finally:
-            await gateway.store.close()
-    return asyncio.run(run())
 
 
 def configure_logging(settings: Settings) -> None:
@@ -114,23 +89,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              if channel.enabled) or "none"
         tools = ", ".join(sorted(gateway.tools)) or "none"
         print(f"cloudybot: serving on http://{host}:{port} (provider: {settings.llm_provider}; "
-              f"channels: {channels}; tools: {tools}; data: {settings.data_dir})", flush=True)
+              f"channels: {channels}; tools: {tools}; data: {where(settings)})", flush=True)
 
+    cap = AddressCap(settings.max_connections_per_address,
+                     on_refused=gateway.metrics.connections_refused.inc)
     try:
-        web.run_app(build_app(gateway), host=host, port=port, print=started,
-                    shutdown_timeout=settings.shutdown_grace_seconds,
-                    access_log=logging.getLogger("aiohttp.access") if settings.access_log
-                    else None)
+        run(build_app(gateway), settings, Listener(host, port, cap), started)
     except OSError as exc:
         raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return 0
+    # Stopped: the store, the channels and Chromium are closed. Tearing the interpreter down
+    # (every module, a last garbage collection) could take a second more, past the grace
+    # period a supervisor allowed: flush what is buffered and exit now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def cmd_users_add(args: argparse.Namespace) -> int:
-    """Create an account; its API token is the last line printed."""
-    user, token = _with_gateway(
-        _settings(args), lambda gw: gw.accounts.add_user(args.user_id, args.plan, args.credits))
-    print(f"created user {user.user_id} on plan {user.plan} with {user.credits} credits")
+    """Create an account (``--admin``: an admin, the promotion audited); its API token is
+    the last line printed."""
+    settings = _settings(args)
+
+    async def run(gw: Gateway) -> tuple[User, str]:
+        user, token = await gw.accounts.add_user(args.user_id, args.plan, args.credits)
+        if args.admin:
+            user = await gw.admin.set_admin(user.user_id, True, Actor.command_line())
+        return user, token
+    user, token = _with_gateway(settings, run)
+    role = "admin " if user.admin else ""
+    print(f"created {role}user {user.user_id} on plan {user.plan} with {user.credits} credits "
+          f"(data: {where(settings)})")
     print("API token (shown once; send it as 'Authorization: Bearer <token>'):")
     print(token)
     return 0
@@ -148,10 +137,14 @@ def cmd_users_list(args: argparse.Namespace) -> int:
                 break
         return users
     users = _with_gateway(_settings(args), run)
-    print(f"{'user':<32} {'plan':<10} {'credits':>10} {'minutes':>8} {'period':<8} created")
+    print(f"{'user':<32} {'plan':<10} {'credits':>10} {'minutes':>8} {'period':<8} "
+          f"{'created':<27} flags")
     for user in users:
+        flags = ",".join(flag for flag, on in (("admin", user.admin),
+                                               ("blocked", user.blocked)) if on)
         print(f"{user.user_id:<32} {user.plan:<10} {user.credits:>10} "
-              f"{user.browser_minutes:>8} {user.period:<8} {user.created_at}")
+              f"{user.browser_minutes:>8} {user.period:<8} {user.created_at:<27} {flags}"
+              .rstrip())
     print(f"{len(users)} account(s)")
     return 0
 
@@ -164,9 +157,12 @@ def cmd_users_show(args: argparse.Namespace) -> int:
     user, counts = _with_gateway(_settings(args), run)
     if user is None:
         raise GatewayError(f"no user {args.user_id!r}")
+    daily = "plan's" if user.daily_credits is None else user.daily_credits or "none"
     fields = {"user": user.user_id, "plan": user.plan, "credits": user.credits,
               "minutes": user.browser_minutes, "period": user.period,
-              "created": user.created_at, **counts}
+              "created": user.created_at, "admin": "yes" if user.admin else "no",
+              "blocked": "yes" if user.blocked else "no", "daily cap": daily,
+              "last active": user.active_at or "never", **counts}
     for name, value in fields.items():
         print(f"{name:<12} {value}")
     return 0
@@ -181,8 +177,8 @@ def cmd_users_revoke(args: argparse.Namespace) -> int:
     revoked = _with_gateway(_settings(args), run)
     if revoked is None:
         raise GatewayError(f"no user {args.user_id!r}")
-    print(f"revoked {revoked} token(s), session(s) and link(s) of {args.user_id}; a running "
-          "gateway refuses them within 10 s")
+    print(f"revoked {revoked} token(s), session(s) and link(s) of {args.user_id}; running "
+          "gateways refuse them from their next request on")
     return 0
 
 
@@ -193,18 +189,47 @@ def cmd_users_export(args: argparse.Namespace) -> int:
     data = _with_gateway(settings, lambda gw: user_data.export_user(
         gw.store, _sessions_of(gw), box, args.user_id))
     out = Path(args.out or f"{args.user_id}-export.zip")
-    out.write_bytes(data)
+    write_private(out, data)
     print(f"wrote {out} ({len(data):,} bytes): everything held about {args.user_id}")
     return 0
 
 
 def cmd_users_delete(args: argparse.Namespace) -> int:
-    """Delete an account and everything held about it, sessions and archives included."""
-    deleted = _with_gateway(_settings(args), lambda gw: user_data.delete_user(
+    """Delete an account and everything held about it, sessions and archives included; asked
+    first on a terminal, refused without ``--yes`` otherwise (a script must say so)."""
+    settings = _settings(args)
+    if not args.yes:
+        _confirm_delete(settings, args.user_id)
+    deleted = _with_gateway(settings, lambda gw: user_data.delete_user(
         gw.store, _sessions_of(gw), args.user_id))
     print(f"deleted {args.user_id}: {deleted.threads} thread(s), {deleted.sessions} "
           "session(s) and archive(s), and every row held about the account")
     return 0
+
+
+def _confirm_delete(settings: Settings, user_id: str) -> None:
+    """Ask on the terminal whether to delete ``user_id`` (what it holds said first); raise
+    unless the answer is yes. Without a terminal there is nobody to ask: refuse, naming
+    ``--yes``."""
+    if not sys.stdin.isatty():
+        raise GatewayError(f"users delete {user_id} deletes the account and everything held "
+                           "about it, and stdin is not a terminal to ask on: pass --yes to "
+                           "delete without asking")
+
+    async def held(gateway: Gateway) -> dict[str, int]:
+        if await gateway.store.get_user(user_id) is None:
+            raise GatewayError(f"no user {user_id!r}")
+        return await gateway.store.user_counts(user_id)
+    counts = _with_gateway(settings, held)
+    what = ", ".join(f"{count} {name.removesuffix('s')}(s)" for name, count in counts.items()
+                     if count)
+    try:
+        answer = input(f"delete {user_id} ({what or 'nothing else held'}) from "
+                       f"{where(settings)}, for good? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise GatewayError(f"not deleted: {user_id} is kept")
 
 
 def cmd_plans(args: argparse.Namespace) -> int:
@@ -219,11 +244,15 @@ def cmd_plans(args: argparse.Namespace) -> int:
 
 
 def cmd_users_grant(args: argparse.Namespace) -> int:
-    """Add credits to an account."""
+    """Add credits to an account (audited, with ``--reason`` if given)."""
     if args.credits <= 0:
         raise GatewayError("credits to grant must be a positive whole number")
-    user = _with_gateway(_settings(args),
-                         lambda gw: gw.store.grant_credits(args.user_id, args.credits))
+    details: dict[str, object] = {"credits": args.credits}
+    if args.reason:
+        details["reason"] = args.reason
+    audit = Actor.command_line().did("credits.grant", args.user_id, **details)
+    user = _with_gateway(_settings(args), lambda gw: gw.store.grant_credits(
+        args.user_id, args.credits, audit))
     print(f"granted {args.credits} credits to {user.user_id}; balance {user.credits}")
     return 0
 
@@ -239,9 +268,18 @@ def cmd_users_login_link(args: argparse.Namespace) -> int:
 
 
 def cmd_users_token(args: argparse.Namespace) -> int:
-    """Issue a new API token (earlier ones stop working); printed as the last line."""
-    token = _with_gateway(_settings(args), lambda gw: gw.accounts.issue_token(args.user_id))
-    print(f"new API token for {args.user_id} (earlier tokens no longer work):")
+    """Issue a new API token (earlier ones stop working); printed as the last line. With
+    ``--revoke-sessions`` the account's dashboard sessions and sign-in links end too."""
+    async def run(gateway: Gateway) -> tuple[int, str]:
+        ended = await gateway.store.revoke_access(args.user_id) if args.revoke_sessions else 0
+        return ended, await gateway.accounts.issue_token(args.user_id)
+    ended, token = _with_gateway(_settings(args), run)
+    if args.revoke_sessions:
+        print(f"new API token for {args.user_id}; ended {ended} earlier token(s), dashboard "
+              "session(s) and sign-in link(s):")
+    else:
+        print(f"new API token for {args.user_id} (earlier tokens no longer work; dashboard "
+              "sessions and unused sign-in links still do: --revoke-sessions ends them):")
     print(token)
     return 0
 
@@ -251,7 +289,7 @@ def cmd_users_plan(args: argparse.Namespace) -> int:
     settings = _settings(args)
     plan = settings.plans.get(args.plan)
     if plan is None:
-        raise GatewayError(f"no plan named {args.plan!r} (plans: {', '.join(settings.plans)})")
+        raise GatewayError(unknown_plan(args.plan, settings.plans))
     user = _with_gateway(settings, lambda gw: gw.store.set_plan(
         args.user_id, plan.name, plan.credits, plan.browser_minutes))
     print(f"{user.user_id} is on plan {user.plan}: {user.credits} credits, "
@@ -443,7 +481,12 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
     written), under a name no installed plugin and no setting of the gateway already uses."""
     pm = make_plugin_manager()
     groups = declared_settings(pm)
-    plugins = {*plugin_names(pm), *(group.name for group in groups)}
+    installed = plugin_names(pm)
+    gateway = Gateway(load_settings(None, plugins=groups, installed=installed), pm)
+    # what the loaded plugins register (the built-ins' tools: calculator, current_time, ...),
+    # then the plugins themselves: an installed plugin's name reads as such
+    plugins = {**asyncio.run(registered_names(gateway)),
+               **dict.fromkeys([*installed, *(group.name for group in groups)], "")}
     settings = [*OPTIONS, *(item for group in groups for item in declared(group.schema,
                                                                           group.name))]
     variables = {PLUGINS_DISABLED_VARIABLE, *(name for item in settings for name in item.env)}
@@ -476,7 +519,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_account_commands(commands, common)
     _add_channel_commands(commands, common)
     _add_plugin_commands(commands, common)
+    _add_mcp_commands(commands, common)
     return parser
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``mcp list`` / ``mcp call``: run by the ``mcp`` plugin (its ``operator_command``)."""
+    settings, pm = _load(args)
+    command = getattr(pm.get_plugin("mcp"), "operator_command", None)
+    if command is None:
+        raise ConfigError("the mcp plugin is not installed or is switched off")
+    return int(asyncio.run(command(settings, args)))
+
+
+def _add_mcp_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    """mcp list|call."""
+    mcp = commands.add_parser("mcp", help="the MCP servers the agent uses").add_subparsers(
+        dest="mcp_command", required=True)
+    mcp.add_parser("list", parents=[common],
+                   help="servers, state, tools and who may use them").set_defaults(
+        handler=cmd_mcp)
+    call = mcp.add_parser("call", parents=[common], help="call one tool of a server")
+    call.add_argument("server")
+    call.add_argument("tool", help="the tool's name at the server")
+    call.add_argument("arguments", metavar="JSON", help="the arguments, a JSON object")
+    call.set_defaults(handler=cmd_mcp)
 
 
 def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -487,6 +554,8 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     add.add_argument("user_id")
     add.add_argument("--plan", help="plan name (default: the configured default plan)")
     add.add_argument("--credits", type=int, help="opening balance instead of the plan's grant")
+    add.add_argument("--admin", action="store_true",
+                     help="make it an admin (it may use /api/admin/*)")
     add.set_defaults(handler=cmd_users_add)
     listed = users.add_parser("list", parents=[common], help="list accounts")
     listed.add_argument("--limit", type=int, default=10_000, help="at most this many")
@@ -506,15 +575,20 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     delete = users.add_parser("delete", parents=[common],
                               help="delete an account and everything held about it")
     delete.add_argument("user_id")
+    delete.add_argument("--yes", action="store_true",
+                        help="delete without asking (needed when stdin is not a terminal)")
     delete.set_defaults(handler=cmd_users_delete)
     commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
         handler=cmd_plans)
     grant = users.add_parser("grant", parents=[common], help="add credits to an account")
     grant.add_argument("user_id")
     grant.add_argument("credits", type=int)
+    grant.add_argument("--reason", help="why, for the audit log")
     grant.set_defaults(handler=cmd_users_grant)
     token = users.add_parser("token", parents=[common], help="issue a new API token")
     token.add_argument("user_id")
+    token.add_argument("--revoke-sessions", action="store_true",
+                       help="also end the account's dashboard sessions and sign-in links")
     token.set_defaults(handler=cmd_users_token)
     link = users.add_parser("login-link", parents=[common],
                             help="a single-use dashboard sign-in link (15 minutes)")
@@ -526,6 +600,8 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     plan.add_argument("user_id")
     plan.add_argument("plan")
     plan.set_defaults(handler=cmd_users_plan)
+    admin.add_user_commands(users, common)
+    admin.add_audit_command(commands, common)
     usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
     usage.add_argument("user_id")
     usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
@@ -560,7 +636,9 @@ def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser
     rotate = sessions.add_parser("rotate", parents=[common], help="archive a session now")
     rotate.add_argument("key")
     rotate.set_defaults(handler=cmd_sessions_rotate)
-    migrate = commands.add_parser("migrate", help="copy a SQLite deployment into PostgreSQL")
+    migrate = commands.add_parser(
+        "migrate", parents=[common], help="copy a SQLite deployment into PostgreSQL (--config: "
+        "the PostgreSQL deployment's, for its data folder and secret key)")
     migrate.add_argument("--from-sqlite", required=True, metavar="DATA_DIR",
                          help="the data dir of the SQLite deployment (not running)")
     migrate.add_argument("--to", required=True, metavar="URL",
@@ -571,8 +649,11 @@ def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Copy a SQLite deployment into PostgreSQL (rows; session files stay in the data dir)."""
+    """Copy a SQLite deployment (rows and session files) into PostgreSQL, and its secret key
+    into the PostgreSQL deployment's data folder when that has none (see
+    :mod:`gateway.cli.migrate_key`)."""
     from gateway.cli.migrate import migrate
+    from gateway.cli.migrate_key import carry_key, target_key
     from gateway.config.options import database_url
 
     try:
@@ -581,26 +662,33 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise GatewayError(f"--to {exc}") from None
     if not url:
         raise GatewayError("--to must be a postgresql:// URL")
+    settings = _settings(args)  # the PostgreSQL deployment's: its data folder and key
+    source = Path(args.from_sqlite)
+    key = target_key(source, settings.secret_key, settings.data_dir)
     with progress_bar("rows") as tick:
-        report = asyncio.run(migrate(Path(args.from_sqlite), url, force=args.force,
-                                     progress=tick))
+        report = asyncio.run(migrate(source, url, force=args.force, progress=tick, key=key))
     tables = ", ".join(f"{table} {count:,}" for table, count in report.copied.items() if count)
     print(f"migrated {report.total:,} rows from {args.from_sqlite} ({tables or 'none'}); "
           "every table's count matches")
+    carried = carry_key(key)
+    if carried:
+        print(carried)
     return 0
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    """Print the shell completion script: ``eval "$(cloudybot completion bash)"``."""
-    print(bash_script(build_parser()), end="")
+    """Print the shell's completion script: ``eval "$(cloudybot completion bash)"`` (or
+    ``zsh``), ``cloudybot completion fish | source``."""
+    print(SCRIPTS[args.shell](build_parser()), end="")
     return 0
 
 
 def _add_plugin_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     """plugins, new-plugin."""
     completion = commands.add_parser(
-        "completion", help="print shell completion: eval \"$(cloudybot completion bash)\"")
-    completion.add_argument("shell", choices=["bash"])
+        "completion", help="print shell completion: eval \"$(cloudybot completion bash)\" "
+        "(or zsh, after compinit); cloudybot completion fish | source")
+    completion.add_argument("shell", choices=sorted(SCRIPTS))
     completion.set_defaults(handler=cmd_completion)
     plugins = commands.add_parser("plugins", parents=[common], help="list plugins; enable "
                                   "or disable one in the config file")

@@ -1,8 +1,11 @@
 """``cloudybot migrate --from-sqlite DATA_DIR --to postgresql://…``: copy a SQLite deployment's
 rows into PostgreSQL, table by table in foreign-key order, ids kept, then check the counts.
 
-The source is read with the standard ``sqlite3`` module (the gateway must not be running on
-it); the target is migrated first and must be empty unless ``force`` (then it is emptied).
+The source is read with the standard ``sqlite3`` module, its folder locked (a folder a
+gateway or another command has open is refused: what it wrote during the copy would be lost;
+:mod:`gateway.store.in_use`); the secret key is checked first and carried after
+(:mod:`gateway.cli.migrate_key`). The target is migrated first and must be empty unless
+``force`` (then it is emptied).
 The session files (``sessions/`` and its archives) become the database's sessions, line for
 line, with their sizes, last writes and archive names.
 """
@@ -20,16 +23,20 @@ import asyncpg
 
 from gateway.base import jsonio
 from gateway.base.errors import GatewayError
+from gateway.cli.migrate_key import TargetKey, check_key
 from gateway.memory.sessions import SUFFIX, decode_key, parse_events
 from gateway.memory.shared_sessions import replay_id
+from gateway.store.in_use import FolderLock, try_lock
 from gateway.store.postgres import PostgresStore
 
 # Parents before children; each with the columns both schemas share.
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("users", ("user_id", "plan", "credits", "browser_minutes", "created_at", "period")),
+    ("users", ("user_id", "plan", "credits", "browser_minutes", "created_at", "period",
+               "time_zone", "admin", "blocked", "daily_credits", "spent_day", "spent_today",
+               "active_at")),
     ("api_tokens", ("token_hash", "user_id", "created_at")),
     ("threads", ("id", "session_key", "user_id", "thread_id", "channel", "summary",
-                 "summary_tokens", "summary_version", "created_at", "updated_at")),
+                 "summary_tokens", "summary_version", "created_at", "updated_at", "title")),
     ("pinned", ("thread", "key", "value", "updated_at")),
     ("messages", ("id", "thread", "role", "content", "tokens")),
     ("display_messages", ("id", "thread", "role", "content", "created_at")),
@@ -49,11 +56,25 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("webhook_deliveries", ("id", "message_id", "webhook", "user_id", "event", "body", "state",
                             "attempts", "last_status", "next_attempt", "created",
                             "last_error")),
+    # a job claimed when the SQLite gateway stopped is claimed again once its lease ends
+    ("jobs", ("id", "user_id", "session_key", "thread_id", "channel", "address", "max_chars",
+              "kind", "spec", "time_zone", "action", "text", "misfire", "state", "next_run",
+              "wake_at", "lease_token", "lease_until", "claims", "runs", "misses", "last_run",
+              "last_status", "created_at")),
+    ("job_runs", ("id", "job_id", "due", "status", "detail", "at")),
+    # the audit log keeps its ids (and its order); the rollups arrive as SQLite kept them
+    ("audit_log", ("id", "at", "actor", "action", "target", "details", "source")),
+    ("usage_hours", ("dim", "hour", "value", "calls", "prompt_tokens", "completion_tokens",
+                     "credits", "minutes")),
+    ("usage_days", ("month", "user_id", "day", "calls", "prompt_tokens", "completion_tokens",
+                    "credits", "minutes")),
 )
-TEXT_IDS = frozenset({"webhooks"})  # ids chosen by the gateway, not a sequence
+TEXT_IDS = frozenset({"webhooks", "jobs"})  # ids chosen by the gateway, not a sequence
 # Rows whose SQLite form differs from PostgreSQL's: an endpoint's events are JSON text there.
 CONVERT: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
     "webhooks": lambda row: (*row[:3], json.loads(row[3]), *row[4:]),
+    # an account's admin and blocked flags are 0/1 there, booleans here
+    "users": lambda row: (*row[:7], bool(row[7]), bool(row[8]), *row[9:]),
 }
 BATCH = 5000
 Progress = Callable[[str, int, int], None]  # (table, rows copied so far, rows in all)
@@ -75,19 +96,42 @@ class MigrationReport:
         return sum(self.copied.values())
 
 
-def _source(data_dir: Path) -> sqlite3.Connection:
+def _locked(data_dir: Path) -> FolderLock:
+    """The SQLite folder, locked for the copy: refused while a process has it open."""
     database = data_dir / "cloudybot.sqlite3"
     if not database.is_file():
         raise MigrationError(f"no SQLite database at {database}")
-    return sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    lock = try_lock(data_dir, exclusive=True)
+    if lock is None:
+        raise MigrationError(f"{data_dir.resolve()} is in use: a running gateway (or another "
+                             "cloudybot command) has its database open. Stop it first: what "
+                             "it wrote during the copy would be lost")
+    return lock
 
 
 async def migrate(data_dir: Path, url: str, *, force: bool = False,
-                  progress: Progress | None = None) -> MigrationReport:
+                  progress: Progress | None = None,
+                  key: TargetKey | None = None) -> MigrationReport:
     """Copy every row of the SQLite deployment in ``data_dir`` into the database at ``url``;
-    raise :class:`MigrationError` if the target holds rows (without ``force``) or a count
-    differs afterwards."""
-    source = _source(data_dir)
+    raise :class:`MigrationError` if the folder is in use, if ``key`` (the PostgreSQL
+    deployment's) does not open what it sealed, if the target holds rows (without ``force``)
+    or if a count differs afterwards."""
+    lock = _locked(data_dir)
+    try:
+        source = sqlite3.connect(f"file:{data_dir / 'cloudybot.sqlite3'}?mode=ro", uri=True)
+        try:
+            if key is not None:
+                check_key(key, data_dir, source)
+            return await _copy_all(data_dir, source, url, force, progress)
+        finally:
+            source.close()
+    finally:
+        lock.release()
+
+
+async def _copy_all(data_dir: Path, source: sqlite3.Connection, url: str, force: bool,
+                    progress: Progress | None) -> MigrationReport:
+    """Every table and the session files, in one transaction of the target."""
     target = PostgresStore(url)
     await target.open()  # the schema, migrated
     try:
@@ -105,7 +149,6 @@ async def migrate(data_dir: Path, url: str, *, force: bool = False,
             await conn.close()
     finally:
         await target.close()
-        source.close()
     return report
 
 

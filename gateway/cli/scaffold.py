@@ -17,7 +17,7 @@ read as one.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -84,15 +84,21 @@ def _suggestion(given: str) -> str:
     return f" (try {guess!r})" if guess != given and _valid(guess) else ""
 
 
-def check_free(names: PluginNames, plugins: Collection[str], variables: Iterable[str]) -> None:
+def check_free(names: PluginNames, plugins: Collection[str] | Mapping[str, str],
+               variables: Iterable[str]) -> None:
     """Refuse (400 ``name_taken``) a name the gateway already knows: an installed plugin's (its
-    entry point, channel or ``[plugins.NAME]`` would be that plugin's), or one whose variables
-    ``CLOUDYBOT_{NAME}_*`` would mix with the gateway's own or another plugin's
-    (``data``: ``CLOUDYBOT_DATA_DIR``)."""
+    entry point, channel or ``[plugins.NAME]`` would be that plugin's), one a plugin registers
+    (``plugins`` as a mapping: each name with what it is, e.g. the tool ``calculator``: two
+    tools of one name stop the gateway's start), or one whose variables ``CLOUDYBOT_{NAME}_*``
+    would mix with the gateway's own or another plugin's (``data``: ``CLOUDYBOT_DATA_DIR``)."""
     for plugin in plugins:  # `acme-chat` installed is `acme_chat` to a variable or a key
-        if re.sub(r"[^a-z0-9]+", "_", plugin.lower()) == names.name:
-            raise BadRequest(f"a plugin named {plugin!r} is already installed (`cloudybot "
-                             "plugins` lists it); choose another name", code="name_taken")
+        if re.sub(r"[^a-z0-9]+", "_", plugin.lower()) != names.name:
+            continue
+        if isinstance(plugins, Mapping) and plugins[plugin]:
+            raise BadRequest(f"{plugins[plugin]} already has that name; choose another name",
+                             code="name_taken")
+        raise BadRequest(f"a plugin named {plugin!r} is already installed (`cloudybot "
+                         "plugins` lists it); choose another name", code="name_taken")
     prefix = f"CLOUDYBOT_{names.env}_"
     for variable in sorted(variables):
         if variable.startswith(prefix):
@@ -102,7 +108,8 @@ def check_free(names: PluginNames, plugins: Collection[str], variables: Iterable
 
 
 def write_plugin(given: str, parent: Path, kind: str = "channel", *,
-                 plugins: Collection[str] = (), variables: Iterable[str] = ()) -> Path:
+                 plugins: Collection[str] | Mapping[str, str] = (),
+                 variables: Iterable[str] = ()) -> Path:
     """Write the ``kind`` plugin package named for ``given`` (see :func:`plugin_names`) under
     ``parent``; return its folder. ``plugins`` and ``variables``: the plugin names and the
     setting variables already in use (see :func:`check_free`)."""

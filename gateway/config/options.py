@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gateway.base.errors import ConfigError
 
@@ -146,6 +147,16 @@ def database_url(raw: Any) -> str:
     value = text(raw).strip()
     if value and not value.startswith(("postgresql://", "postgres://")):
         raise ValueError("must be a postgresql:// URL, or empty for SQLite")
+    return value
+
+
+def time_zone(raw: Any) -> str:
+    """An IANA time zone name the system (or the tzdata package) knows."""
+    value = text(raw)
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError("must be an IANA time zone name (Europe/Paris)") from None
     return value
 
 
@@ -325,8 +336,29 @@ def _shown(raw: Any, secret: bool) -> str:
     return "a value that is not shown (secret)" if secret else repr(raw)
 
 
+def written(value: Any) -> str:
+    """A value as docs/configuration.md writes it in a default cell: ``true``/``false``, a
+    whole number without ``.0``, text and paths bare, a list comma-separated, ``empty``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return ",".join(written(item) for item in value) or "empty"
+    return str(value) or "empty"
+
+
 def masked(item: Declared, value: Any) -> str:
-    """A setting's value as ``cloudybot plugins`` shows it: secrets only say whether set."""
+    """A setting's value as ``cloudybot plugins`` shows it (as the docs write values, see
+    :func:`written`): secrets only say whether set."""
     if item.secret:
         return "(set, not shown)" if value else "(not set)"
-    return repr(value)
+    return written(value)
+
+
+def against_default(item: Declared, value: Any) -> str:
+    """What follows a setting's line in ``cloudybot plugins``: ``, the default`` or
+    ``, default X`` (nothing for a secret, whose default is always unset)."""
+    if item.secret:
+        return ""
+    return ", the default" if value == item.default else f", default {written(item.default)}"

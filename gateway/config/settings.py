@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from gateway.base.errors import ConfigError, PluginError
 from gateway.config import options
+from gateway.config.fallback import FallbackEntry, fallback_chain, with_secrets
 from gateway.config.options import (
     Declared,
     Place,
@@ -43,6 +44,15 @@ class Plan:
     browser_minutes: int
     retention_days: int
     requests_per_minute: int
+    max_jobs: int = 10  # scheduled jobs not done yet
+    min_job_interval_minutes: int = 60  # the shortest interval (or cron period) of a job
+    daily_credits: int = 0  # the most AI credits a UTC day may spend (0: no daily cap)
+
+
+def unknown_plan(name: str, plans: Iterable[str]) -> str:
+    """The one wording of a plan name no configured plan has, wherever it is met (``users
+    add --plan``, ``users plan``, the default plan in the configuration)."""
+    return f"no plan named {name!r} (plans: {', '.join(plans)})"
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,8 @@ class Price:
     completion: float
 
 
-PLAN_FIELDS = ("credits", "browser_minutes", "retention_days", "requests_per_minute")
+PLAN_FIELDS = ("credits", "browser_minutes", "retention_days", "requests_per_minute",
+               "max_jobs", "min_job_interval_minutes", "daily_credits")
 PRICE_FIELDS = ("prompt", "completion")
 # Tables whose keys are names chosen by the operator.
 FREE_TABLES = ("plans", "prices", "plugins")
@@ -65,11 +76,11 @@ PLUGINS_DISABLED_VARIABLE = "CLOUDYBOT_PLUGINS_DISABLED"
 
 DEFAULT_PLANS = {
     "free": Plan("free", credits=1000, browser_minutes=30, retention_days=30,
-                 requests_per_minute=20),
+                 requests_per_minute=20, max_jobs=10, min_job_interval_minutes=60),
     "pro": Plan("pro", credits=20000, browser_minutes=600, retention_days=365,
-                requests_per_minute=120),
+                requests_per_minute=120, max_jobs=100, min_job_interval_minutes=5),
     "team": Plan("team", credits=100000, browser_minutes=3000, retention_days=730,
-                 requests_per_minute=0),
+                 requests_per_minute=0, max_jobs=1000, min_job_interval_minutes=1),
 }
 DEFAULT_PRICES = {
     "default": Price(prompt=1.0, completion=3.0),
@@ -103,7 +114,8 @@ class Settings:
         place=Place("storage", env="CLOUDYBOT_DATABASE_POOL_SIZE"), parse=options.positive_int)
     leader_retry_seconds: float = setting(
         10.0, "with several processes, how often each asks whether a role's player (the Telegram "
-        "poller) died, and takes over the messages of processes that died",
+        "poller) died, takes over the messages of processes that died, and reads the token "
+        "revocations again (in case a notification was lost)",
         place=Place("storage", env="CLOUDYBOT_LEADER_RETRY_SECONDS"), parse=options.positive_float)
     host: str = setting(
         "127.0.0.1", "listen address",
@@ -117,8 +129,18 @@ class Settings:
     body_timeout_seconds: float = setting(
         15.0, "a request body that has not fully arrived after this long is cut (408)",
         place=Place("server", env="CLOUDYBOT_BODY_TIMEOUT_SECONDS"), parse=options.positive_float)
+    header_timeout_seconds: float = setting(
+        10.0, "a connection whose request line and headers have not fully arrived this long after "
+        "it opened (or after its previous answer) is closed",
+        place=Place("server", env="CLOUDYBOT_HEADER_TIMEOUT_SECONDS"),
+        parse=options.positive_float)
+    max_connections_per_address: int = setting(
+        64, "connections one client address (one /64 for IPv6) may hold open at once; more are "
+        "answered 503 and closed; 0: no cap (behind a reverse proxy, cap there instead)",
+        place=Place("server", env="CLOUDYBOT_MAX_CONNECTIONS_PER_ADDRESS"), parse=options.count)
     shutdown_grace_seconds: float = setting(
-        25.0, "on SIGTERM, finish work for at most this long; the rest waits for the next start",
+        25.0, "on SIGTERM, stop within this long (work in flight, then closing); unfinished "
+        "work waits for the next start",
         place=Place("server", env="CLOUDYBOT_SHUTDOWN_GRACE_SECONDS"), parse=options.count_float)
     metrics_token: str = setting(
         "", "bearer token that opens GET /metrics to other hosts (from loopback it is open)",
@@ -169,6 +191,20 @@ class Settings:
     llm_model: str = setting(
         "gpt-4o-mini", "model name sent to the provider",
         place=Place("llm", key="model", env="CLOUDYBOT_LLM_MODEL"), parse=options.name)
+    llm_fallback: tuple[FallbackEntry, ...] = setting(
+        (), "providers tried in order when the one before cannot answer (429, 5xx, 529, a "
+        "timeout, no connection) before its first streamed token: provider/model pairs, "
+        "each with settings of its plugin (see docs/providers.md)",
+        place=Place("llm", key="fallback", env="CLOUDYBOT_LLM_FALLBACK"), parse=fallback_chain)
+    llm_breaker_failures: int = setting(
+        5, "a provider that failed this many calls in a row is skipped (its circuit opens)",
+        place=Place("llm", key="breaker_failures", env="CLOUDYBOT_LLM_BREAKER_FAILURES"),
+        parse=options.positive_int)
+    llm_breaker_cooldown_seconds: float = setting(
+        30.0, "after this long an open circuit lets one call through; its success closes it",
+        place=Place("llm", key="breaker_cooldown_seconds",
+                    env="CLOUDYBOT_LLM_BREAKER_COOLDOWN_SECONDS"),
+        parse=options.positive_float)
     llm_max_tokens: int = setting(
         1024, "longest reply asked of the model",
         place=Place("llm", key="max_tokens", env="CLOUDYBOT_LLM_MAX_TOKENS"),
@@ -224,6 +260,29 @@ class Settings:
     default_plan: str = setting(
         "free", "plan of new accounts",
         place=Place("accounts", env="CLOUDYBOT_DEFAULT_PLAN"), parse=options.name)
+    jobs_run: bool = setting(
+        True, "run the scheduled jobs that fall due in this process (off: only other processes "
+        "sharing its PostgreSQL database run them)",
+        place=Place("jobs", key="run", env="CLOUDYBOT_JOBS_RUN"))
+    jobs_time_zone: str = setting(
+        "UTC", "the time zone of a user who set none, for scheduled jobs (an IANA name)",
+        place=Place("jobs", key="time_zone", env="CLOUDYBOT_JOBS_TIME_ZONE"),
+        parse=options.time_zone)
+    jobs_lease_seconds: float = setting(
+        600.0, "how long a process holds a scheduled run it claimed; one that died with it is "
+        "run by another after this (longer than the slowest turn)",
+        place=Place("jobs", key="lease_seconds", env="CLOUDYBOT_JOBS_LEASE_SECONDS"),
+        parse=options.positive_float)
+    jobs_late_seconds: float = setting(
+        60.0, "a run starting later than this after its time is late: its job's misfire rule "
+        "decides (run once, marked late, or skip), and every other time it missed is recorded",
+        place=Place("jobs", key="late_seconds", env="CLOUDYBOT_JOBS_LATE_SECONDS"),
+        parse=options.positive_float)
+    trace_content: bool = setting(
+        False, "with tracing on (OTEL_* variables), record the messages of each provider "
+        "call and tool call in its span (saved passwords redacted); off: no message text in "
+        "any span",
+        place=Place("tracing", key="content", env="CLOUDYBOT_TRACE_CONTENT"))
     plans: Mapping[str, Plan] = field(default_factory=lambda: dict(DEFAULT_PLANS))
     prices: Mapping[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     # each plugin's settings (see plugin_settings), by plugin name
@@ -243,6 +302,11 @@ class Settings:
     def with_plugin(self, name: str, values: Any) -> Settings:
         """These settings with plugin ``name``'s replaced by ``values``."""
         return dataclasses.replace(self, plugins={**self.plugins, name: values})
+
+    @property
+    def chain_models(self) -> tuple[str, ...]:
+        """The models a call may be answered by: the configured one, then the fallbacks'."""
+        return (self.llm_model, *(entry.model for entry in self.llm_fallback))
 
     def price_for(self, *models: str) -> Price:
         """The price of the first of ``models`` that has one, else the ``default`` price."""
@@ -487,6 +551,7 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
     values["plans"] = plans
     values["prices"] = prices
     values["plugins"] = _plugin_values(document, env, plugins, disabled)
+    values["llm_fallback"] = with_secrets(values.get("llm_fallback", ()), env)
     values["disabled_plugins"] = frozenset(disabled)
     if not values.get("llm_provider"):
         openai = values["plugins"].get("openai")
@@ -499,5 +564,6 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
         raise ConfigError(f"KEEP_RECENT ({settings.keep_recent}) must be smaller than "
                           f"SUMMARIZE_AT ({settings.summarize_at})")
     if settings.default_plan not in settings.plans:
-        raise ConfigError(f"CLOUDYBOT_DEFAULT_PLAN names no plan: {settings.default_plan!r}")
+        raise ConfigError(f"[accounts] default_plan (CLOUDYBOT_DEFAULT_PLAN): "
+                          f"{unknown_plan(settings.default_plan, settings.plans)}")
     return settings

@@ -4,5 +4,5 @@ queues (``queues``) and the growing preview of a reply (``streaming``).
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.billing``,
 ``gateway.accounts``, ``gateway.plugins``, ``gateway.turn``, ``gateway.host``,
-``gateway.interfaces``; never ``api`` or ``cli``.
+``gateway.interfaces``, ``gateway.observe``; never ``api`` or ``cli``.
 """

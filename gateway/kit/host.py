@@ -25,7 +25,7 @@ from gateway.store import InboxEntry, Store, ThreadRef, User
 if TYPE_CHECKING:
     from gateway.base.locks import Leadership
     from gateway.config.settings import Settings
-    from gateway.host import ChatCommand
+    from gateway.host import ChatCommand, ScheduledJobs
     from gateway.interfaces import Channel, InboundMessage
 
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -63,6 +63,10 @@ class HostedBy(Protocol):
 
     def clock(self) -> float:
         """Epoch seconds."""
+
+    @property
+    def jobs(self) -> ScheduledJobs:
+        """Users' scheduled jobs."""
 
     @property
     def channels(self) -> Mapping[str, Channel]:
@@ -145,6 +149,11 @@ class Host:
     def now(self) -> float:
         """The gateway's clock."""
         return self._gateway.clock()
+
+    @property
+    def jobs(self) -> ScheduledJobs:
+        """Users' scheduled jobs."""
+        return self._gateway.jobs
 
     @contextmanager
     def _refusals(self) -> Iterator[None]:

@@ -10,14 +10,26 @@ conversation and in arrival order:
 3. the answer is committed to the outbox in the same transaction that marks the message
    answered, and :mod:`gateway.outbox` delivers it — delivery never re-runs the agent.
 
+Each message taken has a span (``receive {channel}``) whose trace context is kept with its
+inbox row: the turn that answers it is that span's child, or, when the message is answered
+after a restart or by another process, links to it; the answer's outbox row keeps the turn's
+context in turn (:mod:`gateway.kit.outbox`).
+
 After a crash, the next start answers every message the inbox holds unanswered, in arrival
 order, before taking new ones. A command is run again if the crash fell between the command
 and its answer's commit (every command is safe to repeat).
+
+With several processes (PostgreSQL), a conversation's messages are answered in the order they
+arrived across a takeover too: a message that arrives while earlier ones of its conversation
+are pending with another process waits, in its conversation's queue, until those are answered
+— taken over and answered here first if their process died, or answered by it if it lives
+(for at most ``EARLIER_WAIT_SECONDS``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -29,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 from gateway.accounts.secrets import SecretBox
 from gateway.base import validation
 from gateway.base.errors import (
+    AccountBlocked,
     BadRequest,
     EmptyReply,
     GatewayError,
@@ -37,10 +50,14 @@ from gateway.base.errors import (
     ProviderError,
     RateLimited,
 )
-from gateway.billing.credits import RateLimiter, period_of
-from gateway.interfaces import Attachment, Channel, Command, Image, InboundMessage
+from gateway.base.pictures import Image
+from gateway.base.times import epoch_of
+from gateway.billing.credits import DailyCapReached, RateLimiter, period_of
+from gateway.interfaces import Attachment, Channel, Command, InboundMessage
 from gateway.kit.queues import ConversationQueues, KitHost
 from gateway.kit.streaming import PREVIEW_INTERVAL_SECONDS, Preview
+from gateway.observe import TraceContext
+from gateway.observe.spans import stored_text
 from gateway.store import ChannelMessage, InboxEntry, Thread, ThreadRef, User
 from gateway.turn.request import Turn
 
@@ -55,10 +72,18 @@ TYPING_INTERVAL_SECONDS = 4.0
 TYPING_DELAY_SECONDS = 1.0
 SEALED_AS = "inbox"  # the associated data of sealed inbox payloads
 FETCH_TIMEOUT_SECONDS = 30.0  # one attachment's download
+# How long a message waits for earlier ones of its conversation that a live process answers
+# (beyond it, a stuck process does not stop the conversation), and how often it looks.
+EARLIER_WAIT_SECONDS = 120.0
+EARLIER_POLL_SECONDS = 0.2
 
 NOT_PROVISIONED = ("Hello! This assistant is available to registered accounts only. "
                    "Ask its operator to create an account for you.")
 OUT_OF_CREDITS = "You have no AI credits left. Ask the operator for more, or wait for next month."
+DAILY_CAP = ("You reached today's limit of {cap} AI credits. It resets at 00:00 UTC, in "
+             "{hours} h {minutes:02d} min.")
+BLOCKED = ("This account is blocked, so I cannot answer. Ask the operator if you think it "
+           "should not be.")
 PROVIDER_APOLOGY = ("Sorry, I could not reach the language model just now, so I could not "
                     "answer. Nothing was charged; please try again in a moment.")
 EMPTY_REPLY = ("The model answered with nothing at all, so I have nothing to show. Nothing was "
@@ -70,6 +95,14 @@ SLOW_DOWN = ("You are sending messages faster than your plan allows. "
              "Please wait {seconds} s and send that again.")
 
 
+
+
+def receive_attributes(message: InboundMessage) -> dict[str, str]:
+    """A message's intake span: its channel, conversation and id (never its words)."""
+    return {"cloudybot.channel": message.channel, "messaging.system": message.channel,
+            "messaging.operation.name": "receive", "messaging.operation.type": "receive",
+            "messaging.destination.name": message.conversation,
+            "messaging.message.id": message.message_id}
 
 
 @asynccontextmanager
@@ -126,15 +159,35 @@ class Inbox:
         self.wait_for_rate: Callable[[float], Awaitable[None]] = gateway.pause
         self.typing_delay_seconds = TYPING_DELAY_SECONDS
         self.preview_interval_seconds = PREVIEW_INTERVAL_SECONDS
+        # Messages that arrived behind earlier ones pending with another process: their inbox
+        # ids. Messages recover() queued, and those of them answered ahead of their place.
+        self._behind: dict[tuple[str, str], int] = {}
+        self._recovered: set[tuple[str, str]] = set()
+        self._answered_early: set[tuple[str, str]] = set()
+        # The trace context each queued message continues (its intake's, or the row's when
+        # taken up later), then its turn's (what its answer's delivery continues).
+        self._traces: dict[tuple[str, str], TraceContext] = {}
 
     # --- intake -------------------------------------------------------------------------
     async def receive(self, message: InboundMessage) -> bool:
         """Commit the message to the inbox and queue it; False for a redelivery (nothing
         done). Once this returns, the message survives a crash."""
-        if await self.gateway.store.inbox_add(self._entry(message)) is None:
-            log.info("%s message %s arrived again; already taken", message.channel,
-                     message.message_id)
-            return False
+        key = (message.channel, message.message_id)
+        tracer = self.gateway.tracer
+        with tracer.root(f"receive {message.channel}",
+                         receive_attributes(message) if tracer.on else None,
+                         kind="consumer") as span:
+            trace = span.context()
+            intake = await self.gateway.store.inbox_add(self._entry(message, trace))
+            if intake is None:
+                span.set("cloudybot.message.redelivered", True)
+                log.info("%s message %s arrived again; already taken", message.channel,
+                         message.message_id)
+                return False
+        if trace is not None:
+            self._traces[key] = trace
+        if intake.behind_others:
+            self._behind[key] = intake.id
         self.queues.submit(message)
         return True
 
@@ -149,16 +202,25 @@ class Inbox:
                           "changed?); dropped", entry.channel, entry.message_id)
                 await self.gateway.store.drop_inbox(entry.channel, entry.message_id)
                 continue
+            self._recovered.add((entry.channel, entry.message_id))
+            self._taken_up(entry)
             self.queues.submit(message)
         if pending:
             log.info("inbox: %d message(s) left unanswered by a stopped run to answer",
                      len(pending))
         return len(pending)
 
-    def _entry(self, message: InboundMessage) -> InboxEntry:
+    def _taken_up(self, entry: InboxEntry) -> None:
+        """A message taken from the inbox after its intake (a restart, another process's):
+        its turn links to the intake's trace."""
+        trace = TraceContext.stored(entry.trace)
+        if trace is not None:
+            self._traces[(entry.channel, entry.message_id)] = trace
+
+    def _entry(self, message: InboundMessage, trace: TraceContext | None = None) -> InboxEntry:
         return InboxEntry(message.channel, message.message_id, message.conversation,
                           json.dumps(dict(message.address)), message.max_chars,
-                          self._seal(message))
+                          self._seal(message), trace=stored_text(trace))
 
     def _seal(self, message: InboundMessage) -> bytes:
         """The message's words and options, encrypted: they are not redacted yet."""
@@ -187,19 +249,63 @@ class Inbox:
 
     # --- answering ------------------------------------------------------------------------
     async def _handle(self, message: InboundMessage) -> None:
+        key = (message.channel, message.message_id)
+        self._recovered.discard(key)
+        if key in self._answered_early:  # taken over and answered before a later message
+            self._answered_early.discard(key)
+            return
+        position = self._behind.pop(key, None)
+        if position is not None:
+            await self._answer_earlier(message, position)
+        await self._see_through(message)
+
+    async def _answer_earlier(self, message: InboundMessage, position: int) -> None:
+        """Answer first the messages of ``message``'s conversation that arrived before it and
+        were pending with another process: take over a dead one's, wait for a live one's."""
+        store, entry = self.gateway.store, self._entry(message)
+        answered: set[tuple[str, str]] = set()
+        waited = 0.0
+        while True:
+            earlier = await store.inbox_take_earlier(dataclasses.replace(entry, id=position))
+            for taken in earlier.taken:
+                key = (taken.channel, taken.message_id)
+                restored = self._restore(taken)
+                if key in answered or restored is None:
+                    continue  # tried here already; unreadable ones are recover()'s to drop
+                answered.add(key)
+                if key in self._recovered:  # queued behind this one too: skipped there
+                    self._answered_early.add(key)
+                log.info("%s message %s arrived before %s: answered first", taken.channel,
+                         taken.message_id, message.message_id)
+                self._taken_up(taken)
+                await self._see_through(restored)
+            if not earlier.elsewhere or waited >= EARLIER_WAIT_SECONDS:
+                if earlier.elsewhere:
+                    log.warning("%s message %s: %d earlier message(s) still pending with another "
+                                "process after %.0f s; answering it anyway", message.channel,
+                                message.message_id, earlier.elsewhere, waited)
+                return
+            await self.gateway.pause(EARLIER_POLL_SECONDS)
+            waited += EARLIER_POLL_SECONDS
+
+    async def _see_through(self, message: InboundMessage) -> None:
+        """Answer the message and queue its stored reply for delivery."""
         preview = self._preview(message)
         try:
             text = await self._answer(message, preview)
         finally:
             handle = await preview.close() if preview is not None else None
+            trace = self._traces.pop((message.channel, message.message_id), None)
         if text is not None:
             # The stored reply goes out through the outbox; the preview's handle rides along
-            # in memory only (after a crash the reply is sent anew, the preview stays).
+            # in memory only (after a crash the reply is sent anew, the preview stays), and so
+            # does the trace its delivery continues (its row has it too).
             address = {**message.address, "preview": handle} if handle is not None \
                 else message.address
             self.gateway.outbox.queue(InboxEntry(
                 message.channel, message.message_id, message.conversation,
-                json.dumps(dict(address)), message.max_chars, b""), text)
+                json.dumps(dict(address)), message.max_chars, b"",
+                trace=stored_text(trace)), text)
 
     def _preview(self, message: InboundMessage) -> Preview | None:
         """A preview of the reply as it is written, for channels that can show one."""
@@ -245,10 +351,17 @@ class Inbox:
             log.info("created account %s on plan %s", sender, plan.name)
         return user
 
+    def _daily_cap_note(self, refusal: DailyCapReached) -> str:
+        """The in-channel note of a turn past the daily cap: when the allowance is whole
+        again."""
+        left = max(0, math.ceil((epoch_of(refusal.resets_at) - self.gateway.clock()) / 60))
+        return DAILY_CAP.format(cap=refusal.daily.cap, hours=left // 60, minutes=left % 60)
+
     async def _reply(self, message: InboundMessage, text: str) -> str | None:
         """Store ``text`` as the message's answer (outbox and inbox in one commit)."""
+        trace = self._traces.get((message.channel, message.message_id))
         answered = await self.gateway.store.answer_inbox(message.channel, message.message_id,
-                                                         text)
+                                                         text, stored_text(trace))
         return text if answered else None
 
     async def answer_inline(self, message: InboundMessage) -> str | None:
@@ -278,6 +391,8 @@ class Inbox:
             return BAD_SENDER
         if user is None:
             return NOT_PROVISIONED
+        if user.blocked:
+            return BLOCKED
         if thread is not None:
             return user, thread.ref
         return user, ThreadRef(user.user_id, message.conversation, message.conversation,
@@ -308,9 +423,10 @@ class Inbox:
     async def _chat(self, message: InboundMessage, user: User, ref: ThreadRef,
                     preview: Preview | None) -> str | None:
         gw = self.gateway
+        key = (message.channel, message.message_id)
         turn = Turn(user.user_id, ref, message.text, images=tuple(await self._images(message)),
                     answers=ChannelMessage(message.channel, message.message_id),
-                    on_text=preview.update if preview else None)
+                    on_text=preview.update if preview else None, trace=self._traces.get(key))
         channel = gw.channels.get(message.channel)
         show_typing = None
         if channel is not None and type(channel).typing is not Channel.typing:
@@ -319,6 +435,8 @@ class Inbox:
             try:
                 async with typing_indicator(show_typing, self.typing_delay_seconds):
                     result = await gw.run(turn)
+                if result.trace is not None:  # what its reply's delivery continues
+                    self._traces[key] = result.trace
                 return result.reply
             except RateLimited as exc:
                 if attempt == 0 and exc.retry_after <= RateLimiter.WINDOW_SECONDS:
@@ -329,8 +447,12 @@ class Inbox:
                         return None  # stays in the inbox for the next start
                     continue
                 text = SLOW_DOWN.format(seconds=max(1, math.ceil(exc.retry_after)))
+            except DailyCapReached as exc:
+                text = self._daily_cap_note(exc)
             except PaymentRequired:
                 text = OUT_OF_CREDITS
+            except AccountBlocked:
+                text = BLOCKED
             except EmptyReply:
                 text = EMPTY_REPLY
             except ProviderError as exc:

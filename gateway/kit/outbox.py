@@ -14,6 +14,11 @@ answered (:mod:`gateway.inbound`). From there, per conversation and in order:
 Delivered replies are deleted from the outbox; failed ones stay, for ``cloudybot deliveries``
 and the thread's API answer. Delivery is at least once: a send that timed out after the platform
 took it, or a crash between the platform's "OK" and our record of it, sends that chunk again.
+
+Each ``channel.send`` has a span (``send {channel}``): the child of the turn that wrote the
+reply when this process queued it, or, when the reply is taken up from the outbox after a
+restart or from a process that died, in a trace of its own with a span link to that turn (its
+row keeps the turn's trace context).
 """
 
 from __future__ import annotations
@@ -22,15 +27,16 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.base.errors import one_line
 from gateway.base.logs import mask_secrets
 from gateway.base.text import split_text
-from gateway.interfaces import DeliveryFailed, DeliveryRetry
+from gateway.interfaces import Channel, DeliveryFailed, DeliveryRetry
 from gateway.kit.queues import ConversationQueues, KitHost
+from gateway.observe import TraceContext
 from gateway.plugins.hooks import PluginHooks
 from gateway.store import Delivery, InboxEntry
 
@@ -38,6 +44,21 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 600.0
+
+
+def send_attributes(delivery: Delivery,
+                    progress: tuple[int, int, int]) -> dict[str, str | int]:
+    """A send's span: the channel, conversation and message answered, which chunk of how
+    many, which attempt (``progress``: chunks sent before, chunks, failed attempts); never
+    the reply's words."""
+    sent, chunks, attempts = progress
+    return {"cloudybot.channel": delivery.channel, "messaging.system": delivery.channel,
+            "messaging.operation.name": "send", "messaging.operation.type": "send",
+            "messaging.destination.name": delivery.conversation,
+            "messaging.message.id": delivery.message_id,
+            "cloudybot.delivery.chunk": sent + 1,
+            "cloudybot.delivery.chunks": chunks,
+            "cloudybot.delivery.attempt": attempts + 1}
 
 
 def describe(error: BaseException) -> str:
@@ -64,16 +85,22 @@ class Outbox:
         # swap in one that moves their clock.
         self.wait: Callable[[float], Awaitable[None]] = gateway.pause
         self._open = asyncio.Event()
+        # The trace each reply queued by this process continues, as its child (by channel and
+        # message id); one taken up from the outbox links to its row's instead.
+        self._parents: dict[tuple[str, str], TraceContext] = {}
 
     def queue(self, entry: InboxEntry, text: str) -> None:
         """Deliver ``text``, just committed to the outbox under ``entry``'s channel and id
         (the message it answers, or a plugin's own message's)."""
         now = self.gateway.clock()
+        parent = TraceContext.stored(entry.trace, linked=False)
+        if parent is not None:
+            self._parents[(entry.channel, entry.message_id)] = parent
         self.submit(Delivery(
             id=0, channel=entry.channel, message_id=entry.message_id,
             conversation=entry.conversation, address=entry.address, text=text,
             max_chars=entry.max_chars, state="pending", chunks_sent=0, attempts=0,
-            next_attempt=now, created=now, last_error=None))
+            next_attempt=now, created=now, last_error=None, trace=entry.trace))
 
     def submit(self, delivery: Delivery) -> None:
         """Deliver ``delivery`` (already committed to the outbox) after those queued before it
@@ -103,6 +130,25 @@ class Outbox:
         return float(ceiling * random.uniform(0.5, 1.0))
 
     async def _deliver(self, delivery: Delivery) -> None:
+        try:
+            await self._deliver_chunks(delivery)
+        finally:
+            self._parents.pop((delivery.channel, delivery.message_id), None)
+
+    async def _send(self, channel: Channel, delivery: Delivery,
+                    chunk: tuple[Mapping[str, Any], str], progress: tuple[int, int, int]) -> None:
+        """One chunk to its platform, in its span (``progress``: the chunks sent before it,
+        how many there are, the failed attempts so far); what ``channel.send`` raises fails
+        the span."""
+        tracer = self.gateway.tracer
+        origin = self._parents.get((delivery.channel, delivery.message_id)) \
+            or TraceContext.stored(delivery.trace)
+        with tracer.root(f"send {delivery.channel}",
+                         send_attributes(delivery, progress) if tracer.on else None,
+                         kind="producer", origin=origin):
+            await channel.send(*chunk)
+
+    async def _deliver_chunks(self, delivery: Delivery) -> None:
         await self._open.wait()
         gw = self.gateway
         channel = gw.channels.get(delivery.channel)
@@ -123,7 +169,9 @@ class Outbox:
                     return  # stays in the outbox, due at its next attempt, for the next start
             try:
                 # Only the first chunk may replace a preview shown while the model wrote.
-                await channel.send(address if sent == 0 else later_chunks, chunks[sent])
+                await self._send(channel, delivery,
+                                 (address if sent == 0 else later_chunks, chunks[sent]),
+                                 (sent, len(chunks), attempts))
             except DeliveryFailed as exc:
                 log.error("outbox: %s refused the reply to %s for good: %s", delivery.channel,
                           delivery.message_id, describe(exc))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 if TYPE_CHECKING:
     from gateway.config.settings import Settings
     from gateway.interfaces import Channel
+    from gateway.observe import Tracer
     from gateway.store import Store
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ class KitHost(Protocol):
     store: Store
     clock: Callable[[], float]
     stopping: asyncio.Event
+    tracer: Tracer
 
     @property
     def channels(self) -> Mapping[str, Channel]:

@@ -281,8 +281,8 @@ class SessionStore:
                     and b'"session"' not in line:
                 continue  # usage, rotation and notes need no parsing
             try:
-                event = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                event = jsonio.loads(line)
+            except (ValueError, RecursionError):
                 continue  # a torn line; read_events reports those
             if not isinstance(event, dict) or event.get("type") == "session":
                 break

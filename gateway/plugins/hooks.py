@@ -64,8 +64,20 @@ async def collect(hook: pluggy.HookCaller, *, strict: bool = False, **kwargs: An
 async def collect_by_plugin(hook: pluggy.HookCaller, *, strict: bool = False,
                             **kwargs: Any) -> list[tuple[str, list[Any]]]:
     """As :func:`collect`, each plugin's list apart: (plugin name, its items)."""
+    return await _collect(hook, _implementations(hook), strict, kwargs)
+
+
+async def collect_from(hook: pluggy.HookCaller, plugin: str, **kwargs: Any) -> list[Any]:
+    """As :func:`collect` (strict), from ``plugin``'s implementation alone."""
+    implementations = [impl for impl in _implementations(hook) if impl.plugin_name == plugin]
+    return [item for _, items in await _collect(hook, implementations, True, kwargs)
+            for item in items]
+
+
+async def _collect(hook: pluggy.HookCaller, implementations: list[pluggy.HookImpl],
+                   strict: bool, kwargs: dict[str, Any]) -> list[tuple[str, list[Any]]]:
     found: list[tuple[str, list[Any]]] = []
-    for impl in _implementations(hook):
+    for impl in implementations:
         try:
             result = await resolve(impl.function(*_arguments(impl, kwargs)))
         except Exception as exc:

@@ -12,7 +12,7 @@ import pluggy
 
 from gateway import hookspecs
 from gateway.base.errors import PluginError, one_line
-from gateway.config.options import PluginSettings, declared, masked
+from gateway.config.options import PluginSettings, against_default, declared, masked
 from gateway.plugins import hooks
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class PluginInfo:
     distribution: str
     hooks: tuple[str, ...]
     channels: tuple[tuple[str, bool], ...] = ()  # (name, enabled) of each channel it offers
-    settings: tuple[str, ...] = ()  # "[plugins.NAME] key = value  VARIABLE", secrets masked
+    settings: tuple[str, ...] = ()  # "[plugins.NAME] key = value  (VARIABLE), the default"
     disabled: bool = False  # switched off by the configuration: installed, never loaded
 
 
@@ -168,12 +168,32 @@ async def describe_plugins(gateway: Described) -> list[PluginInfo]:
     return sorted(infos, key=lambda info: info.name)
 
 
+async def registered_names(gateway: Described) -> dict[str, str]:
+    """Every channel, tool and provider the loaded plugins register (built, not started: no
+    I/O), each name with what it is: ``{"calculator": "the tool 'calculator' of plugin
+    'tools'"}``. A plugin that fails to build them is passed over (``serve`` says why)."""
+    host = hooks.PerPlugin(gateway.host_for)
+    hook = gateway.pm.hook
+    names: dict[str, str] = {}
+    for kind, caller in (("channel", hook.register_channels), ("tool", hook.register_tools),
+                         ("provider", hook.register_providers)):
+        for plugin, registered in await hooks.collect_by_plugin(caller, host=host):
+            for item in registered:
+                names.setdefault(str(item.name),
+                                 f"the {kind} {item.name!r} of plugin {plugin!r}")
+    return names
+
+
 def _settings_lines(group: PluginSettings, values: Mapping[str, Any]) -> tuple[str, ...]:
     current = values.get(group.name)
     if current is None:  # settings loaded without this plugin's: its defaults hold
         current = group.schema()
-    return tuple(f"[{item.section}] {item.key} = {masked(item, getattr(current, item.attr))}"
-                 f"  ({item.variable})" for item in declared(group.schema, group.name))
+    lines = []
+    for item in declared(group.schema, group.name):
+        value = getattr(current, item.attr)
+        lines.append(f"[{item.section}] {item.key} = {masked(item, value)}  ({item.variable})"
+                     f"{against_default(item, value)}")
+    return tuple(lines)
 
 
 def declared_settings(pm: PluginManager) -> list[PluginSettings]:

@@ -3,8 +3,9 @@
 The turn logic talks only to :class:`Store`. ``SQLiteStore`` is the embedded backend;
 ``PostgresStore`` (several processes on one database) implements the same protocol;
 :func:`gateway.store.backends.store_for` picks one from the configuration. The account rules
-both apply (balances, credit holds, the rate window, ``credits.low``) are written once, in
-:mod:`gateway.store.policy`.
+both apply (balances, credit holds, daily caps, the rate window, ``credits.low``) are written
+once, in :mod:`gateway.store.policy`. The usage rollups an admin's report reads are kept
+beside the ledger (:mod:`gateway.store.usage`), and admin acts go to an append-only audit log.
 
 The events outbound webhooks report are written here too (:mod:`gateway.store.events`), in
 the transaction of the change they report.
@@ -19,29 +20,49 @@ from typing import Protocol
 
 from gateway.base.locks import Leadership, SharedLock
 from gateway.store.records import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
     ChannelMessage,
     Charge,
     Claim,
     Claimed,
+    DailyAllowance,
     Delivery,
     DisplayMessage,
     DueDelivery,
+    Earlier,
     ExpiredThread,
+    FailingWebhook,
+    Health,
     InboxEntry,
+    Intake,
+    Job,
+    JobLease,
+    JobOutcome,
+    JobRequest,
+    JobRun,
     LedgerEntry,
     NewMessage,
+    OutboxHealth,
     SecretRecord,
     SessionState,
     SessionWrite,
+    Spend,
     StoredMessage,
     SummaryCommit,
     Thread,
+    ThreadHit,
     ThreadPage,
     ThreadRef,
     TurnCommit,
     TurnState,
     TurnWritten,
+    UsageQuery,
+    UsageReport,
+    UsageRow,
     User,
+    UserQuery,
     Webhook,
     WebhookAttempt,
     WebhookDelivery,
@@ -81,7 +102,7 @@ class Store(Protocol):
 
     async def user_counts(self, user_id: str) -> dict[str, int]:
         """How much an account holds: ``threads``, ``tokens``, ``sessions`` (dashboard
-        sign-ins), ``specialists``, ``logins`` (saved credentials), ``webhooks``."""
+        sign-ins), ``specialists``, ``logins`` (saved credentials), ``webhooks``, ``jobs``."""
 
     async def revoke_access(self, user_id: str) -> int:
         """End every way in to the account (API tokens, dashboard sessions, sign-in links);
@@ -92,14 +113,26 @@ class Store(Protocol):
         inbox and outbox rows, ledger, specialists, logins, tokens, webhooks and their
         deliveries), leaving no byte of it in the store's files; False if no such user."""
 
-    async def grant_credits(self, user_id: str, credits: int) -> User:
-        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+    async def grant_credits(self, user_id: str, credits: int, audit: AuditEntry | None = None,
+                            kind: str = "grant") -> User:
+        """Add ``credits`` (a ledger row of ``kind``: ``grant``, or an admin's
+        ``admin_grant``), appending ``audit`` to the audit log in the same transaction; raise
+        ``NotFound`` if no account."""
 
     async def replace_token(self, user_id: str, token_hash: str) -> None:
         """Make ``token_hash`` the account's only API token."""
 
     async def user_for_token(self, token_hash: str) -> User | None:
         """The account owning this token hash, or None."""
+
+    async def access_epoch(self) -> int:
+        """A number that changes whenever an API token stops working (revoked, replaced, its
+        account deleted), whichever process did it: a token cache compares it before it
+        trusts what it holds, so it is asked on every authentication and must be cheap.
+        SQLite reads a counter that the revoking transaction bumps; PostgreSQL answers from
+        memory, which every process's ``LISTEN`` updates when such a transaction commits,
+        and which a read of that counter every ``CLOUDYBOT_LEADER_RETRY_SECONDS`` corrects
+        if a notification was lost."""
 
     # --- billing ------------------------------------------------------------------------
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
@@ -146,7 +179,21 @@ class Store(Protocol):
                            before: tuple[str, int] | None = None,
                            ) -> tuple[list[Thread], tuple[str, int] | None]:
         """A page of the user's threads, most recently updated first, and the cursor of the
-        next page (None on the last)."""
+        next page (None on the last). Threads read here and by ``get_thread`` carry their
+        ``title``."""
+
+    async def set_title(self, session_key: str, title: str | None) -> bool:
+        """Name the thread, or with None let its first message's title be its title again
+        (neither moves it in the list); False if no thread."""
+
+    async def search_threads(self, user_id: str, terms: Sequence[str], limit: int,
+                             before: tuple[str, int] | None = None,
+                             ) -> tuple[list[ThreadHit], tuple[str, int] | None]:
+        """A page of the user's threads whose title (the one the user set) or one of whose
+        display messages holds a word starting with each of ``terms`` (words as
+        :mod:`gateway.base.search_text` says), in the order and with the cursor of
+        ``list_threads``; each hit with its newest matching message. From a full-text
+        index, never a scan of the messages; a deleted thread is gone from it at once."""
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""
@@ -199,22 +246,29 @@ class Store(Protocol):
         """Apply a summary if the thread is still at the expected version; False otherwise."""
 
     # --- durable inbox and outbox ---------------------------------------------------
-    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> Intake | None:
         """Commit a channel message to the inbox (``answered``: as already answered, only to
-        recognise a redelivery); its id, or None if it is there already."""
+        recognise a redelivery); None if it is there already. (SQLite: never behind others.)"""
+
+    async def inbox_take_earlier(self, entry: InboxEntry) -> Earlier:
+        """Take the pending messages of ``entry``'s conversation that arrived before it (by
+        ``entry.id``) and no live process is answering, oldest first; count those another
+        live process is still answering."""
 
     async def inbox_pending(self) -> list[InboxEntry]:
         """The unanswered inbox messages no live process is answering, in arrival order:
         from now on this process's to answer. (SQLite: all of them, asked once at start.)"""
 
-    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
-        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
-        False if it was not pending."""
+    async def answer_inbox(self, channel: str, message_id: str, reply: str,
+                           trace: str | None = None) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox (its row keeping the
+        ``trace`` context of what wrote it), in one transaction; False if it was not
+        pending."""
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
-        """Put a message that answers no inbound one (a plugin's own) in the outbox, recorded
-        under ``entry``'s channel and id so that it is queued once; False if that id was
-        taken already."""
+        """Put a message that answers no inbound one (a plugin's own) in the outbox (with
+        ``entry.trace``), recorded under ``entry``'s channel and id so that it is queued once;
+        False if that id was taken already."""
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply."""
@@ -322,6 +376,91 @@ class Store(Protocol):
         """Record attempts' outcomes, in order, in one transaction: ``delivered``, ``failed``
         for good, or still ``pending`` until their ``next_attempt``."""
 
+    # --- scheduled jobs (gateway.jobs) ---------------------------------------------------
+    async def create_job(self, job: Job, max_jobs: int) -> Job | None:
+        """Store a new job (with the address of its conversation's latest channel message
+        when ``job.address`` is empty); None if its owner has ``max_jobs`` jobs that are not
+        done."""
+
+    async def list_jobs(self, user_id: str) -> list[Job]:
+        """The user's jobs, oldest first."""
+
+    async def get_job(self, job_id: str) -> Job | None:
+        """A job by id, or None."""
+
+    async def set_job_state(self, user_id: str, job_id: str, state: str,
+                            next_run: float | None) -> Job | None:
+        """Pause (``paused``) or resume (``active``, due at ``next_run``) the user's job that
+        is not done; the job as it is now, or None."""
+
+    async def delete_job(self, user_id: str, job_id: str) -> bool:
+        """Remove the user's job and its record; False if the user has none such."""
+
+    async def job_runs(self, job_id: str, limit: int) -> list[JobRun]:
+        """The job's recorded runs and misses, latest due first."""
+
+    async def next_job_wake(self) -> float | None:
+        """When the earliest active job is due, or its claim's lease ends (epoch s); None
+        when there is no active job. One indexed read: the scheduler sleeps until then."""
+
+    async def claim_jobs(self, now: float, lease_seconds: float,
+                         limit: int) -> list[JobLease]:
+        """Claim up to ``limit`` runs due by ``now`` (earliest first), each leased until
+        ``now + lease_seconds``, in one transaction; a run another process is claiming is
+        skipped (PostgreSQL: ``FOR UPDATE SKIP LOCKED``), one whose lease ended is taken."""
+
+    async def finish_job(self, outcome: JobOutcome) -> bool:
+        """End a claimed run that writes no turn (a skipped one): record it and its misses
+        and move the job on, in one transaction; False if the claim was lost meanwhile
+        (nothing written). A run that posts goes through :meth:`commit_turn`
+        (``TurnCommit.job``), which does the same in the turn's transaction and raises
+        ``Conflict`` instead."""
+
+    async def time_zone(self, user_id: str) -> str | None:
+        """The user's time zone (an IANA name), None if not set."""
+
+    async def set_time_zone(self, user_id: str, zone: str) -> bool:
+        """Set the user's time zone; False if no such user."""
+
+    # --- administration (gateway.accounts.admin) ------------------------------------------
+    async def find_users(self, query: UserQuery) -> list[User]:
+        """A page of accounts by user id: those whose id holds ``query.search`` (any case),
+        on its plan, blocked or not, admins or not, as it asks."""
+
+    async def set_flag(self, user_id: str, flag: str, on: bool, audit: AuditEntry) -> User:
+        """Set the account's ``admin`` or ``blocked`` flag and append ``audit``, in one
+        transaction that also moves the access epoch (token caches forget the account at
+        once); raise ``NotFound`` if no account."""
+
+    async def set_daily_credits(self, user_id: str, credits: int | None,
+                                audit: AuditEntry) -> User:
+        """Give the account a daily credit cap of its own (None: its plan's again; 0: none)
+        and append ``audit``, in one transaction; raise ``NotFound`` if no account."""
+
+    async def append_audit(self, entry: AuditEntry) -> None:
+        """Append ``entry`` to the audit log. The log is append-only: no method changes or
+        removes a row of it (and the schema refuses to)."""
+
+    async def audit_log(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit rows, newest first: before ``query.before``, from ``query.since`` on, of its
+        actor and action if given."""
+
+    async def usage_report(self, query: UsageQuery) -> UsageReport:
+        """Spending per bucket of one dimension, the range's totals and its top spenders,
+        from the usage rollups (:mod:`gateway.store.usage`), never a scan of the ledger."""
+
+    async def compact_usage(self, start: str, end: str) -> int:
+        """Fold the ``usage_hours`` rows of the hours from ``start`` to ``end`` (hour keys,
+        ``end`` exclusive) into one row per hour, dimension and value; how many rows were
+        folded. PostgreSQL spreads the hour being written over shards (so that concurrent
+        commits seldom wait for each other), which nothing writes once the hour is over;
+        SQLite keeps one row already (0)."""
+
+    async def health(self, since: float) -> Health:
+        """The channels' inbox and outbox queues, the webhook endpoints failing (deliveries
+        being retried, or failed for good since ``since``, epoch s) and the scheduled jobs by
+        state."""
+
     async def lock_thread(self, session_key: str) -> SharedLock | None:
         """Hold the thread's turn lock where other processes see it (None: this store has
         no other processes to tell, as SQLite)."""
@@ -332,30 +471,50 @@ class Store(Protocol):
 
 
 __all__ = [
+    "AuditEntry",
+    "AuditQuery",
+    "AuditRecord",
     "ChannelMessage",
     "Charge",
     "Claim",
     "Claimed",
+    "DailyAllowance",
     "Delivery",
     "DisplayMessage",
     "DueDelivery",
+    "Earlier",
     "ExpiredThread",
+    "FailingWebhook",
+    "Health",
     "InboxEntry",
+    "Intake",
+    "Job",
+    "JobLease",
+    "JobOutcome",
+    "JobRequest",
+    "JobRun",
     "LedgerEntry",
     "NewMessage",
+    "OutboxHealth",
     "SecretRecord",
     "SessionState",
     "SessionWrite",
+    "Spend",
     "Store",
     "StoredMessage",
     "SummaryCommit",
     "Thread",
+    "ThreadHit",
     "ThreadPage",
     "ThreadRef",
     "TurnCommit",
     "TurnState",
     "TurnWritten",
+    "UsageQuery",
+    "UsageReport",
+    "UsageRow",
     "User",
+    "UserQuery",
     "WebSession",
     "Webhook",
     "WebhookAttempt",

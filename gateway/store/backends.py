@@ -14,6 +14,7 @@ def store_for(settings: Settings, clock: Callable[[], float] = time.time) -> Sto
     is imported only then), else the embedded SQLite database."""
     if settings.database_url:
         from gateway.store.postgres import PostgresStore
-        return PostgresStore(settings.database_url, clock, settings.database_pool_size)
+        return PostgresStore(settings.database_url, clock, settings.database_pool_size,
+                             revocation_check_seconds=settings.leader_retry_seconds)
     from gateway.store.sqlite import SQLiteStore
     return SQLiteStore(settings.database_path, clock)

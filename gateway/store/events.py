@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Sequence
 
 from gateway.base import jsonio
+from gateway.store import policy
 from gateway.store.records import Charge, ThreadRef, WebhookEvent
 
 MESSAGE_CREATED = "message.created"
@@ -22,10 +23,12 @@ THREAD_CLEARED = "thread.cleared"
 THREAD_DELETED = "thread.deleted"
 CREDITS_LOW = "credits.low"
 WEBHOOK_TEST = "webhook.test"
+JOB_COMPLETED = "job.completed"
 EVENT_TYPES = (MESSAGE_CREATED, THREAD_SUMMARIZED, SESSION_ROTATED, THREAD_CLEARED,
-               THREAD_DELETED, CREDITS_LOW, WEBHOOK_TEST)
-# credits.low's balance in a body rendered before the balance is known (credits_low_around)
+               THREAD_DELETED, CREDITS_LOW, JOB_COMPLETED, WEBHOOK_TEST)
+# credits.low's balance (or spending today) in a body rendered before it is known
 _BALANCE_SLOT = '"credits":-1'
+_SPENT_SLOT = '"spentToday":-1'
 
 
 _PROCESS = secrets.token_hex(8)  # with the counter: unique across processes and restarts
@@ -84,13 +87,41 @@ def webhook_test(webhook_id: str) -> WebhookEvent:
 def credits_low(balance: int, threshold: int) -> WebhookEvent:
     """The balance fell under ``threshold`` (:func:`gateway.store.policy.fell_under`):
     ``balance`` is what the charges that made it fall left."""
-    return WebhookEvent(CREDITS_LOW, {"credits": balance, "threshold": threshold})
+    return WebhookEvent(CREDITS_LOW, {"reason": "balance", "credits": balance,
+                                      "threshold": threshold})
+
+
+def daily_credits_low(spent_today: int, cap: int, day: str) -> WebhookEvent:
+    """Today's spending reached 80% of the daily ``cap`` (:func:`gateway.store.policy.
+    reached`): ``spent_today`` is what the charges that made it so brought it to."""
+    threshold = policy.daily_low_threshold(cap)
+    return WebhookEvent(CREDITS_LOW, {"reason": "daily_cap", "spentToday": spent_today,
+                                      "threshold": threshold, "dailyCredits": cap, "day": day,
+                                      "resetsAt": policy.resets_at(day)})
+
+
+def _around(event: WebhookEvent, timestamp: str, slot: str) -> tuple[str, str]:
+    text = body(event.type, timestamp, event.data)
+    head, tail = text.split(slot)  # one slot: it is one key of the data
+    return head + slot[:-2], tail
 
 
 def credits_low_around(timestamp: str, threshold: int) -> tuple[str, str]:
     """The body of :func:`credits_low` at ``timestamp``, cut where the balance goes: what comes
     before its digits and what comes after, for a store that learns the balance only in the
     statement that queues the event (its body is then the one :func:`body` writes)."""
-    text = body(CREDITS_LOW, timestamp, credits_low(-1, threshold).data)
-    head, tail = text.split(_BALANCE_SLOT)  # one slot: "credits" is one key of the data
-    return head + _BALANCE_SLOT[:-2], tail
+    return _around(credits_low(-1, threshold), timestamp, _BALANCE_SLOT)
+
+
+def daily_credits_low_around(timestamp: str, cap: int, day: str) -> tuple[str, str]:
+    """The body of :func:`daily_credits_low` at ``timestamp``, cut where the spending goes
+    (as :func:`credits_low_around` cuts its)."""
+    return _around(daily_credits_low(-1, cap, day), timestamp, _SPENT_SLOT)
+
+
+def job_completed(ref: ThreadRef, job_id: str, due: str, status: str,
+                  reply: str) -> WebhookEvent:
+    """A scheduled job's run ended (``sent``, ``late``, ``refused``, ``failed``): the thread,
+    the job, the time it was due and what it posted."""
+    return WebhookEvent(JOB_COMPLETED, {**_thread(ref), "jobId": job_id, "due": due,
+                                        "status": status, "reply": reply})

@@ -15,11 +15,14 @@ they live here; :mod:`gateway.billing` re-states none of them.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import TypeVar
 
-from gateway.store.records import Charge, Claimed, User
+from gateway.base.times import iso_utc
+from gateway.store.records import Charge, Claimed, DailyAllowance, User
 
 T = TypeVar("T")
 
@@ -86,6 +89,62 @@ def fell_under(threshold: int | None, after: int, spent: int) -> bool:
     ``after``, under it (see :func:`low_credits_window`)."""
     window = low_credits_window(threshold, spent)
     return window is not None and window[0] <= after <= window[1]
+
+
+# --- the daily cap --------------------------------------------------------------------------
+DAILY_LOW_SHARE = 0.8  # credits.low: today's spending reached this share of the daily cap
+
+
+def day_of(epoch: float) -> str:
+    """The UTC day (``YYYY-MM-DD``) of a moment: the day a daily cap counts."""
+    return iso_utc(epoch)[:10]
+
+
+def daily_cap(plan_cap: int, override: int | None) -> int | None:
+    """The daily credit cap in force on an account: its own (``override``, set by an admin)
+    if it has one, else its plan's; None when that is 0 (no daily cap)."""
+    cap = plan_cap if override is None else override
+    return cap if cap > 0 else None
+
+
+def daily_allowance(cap: int | None, user: User, today: str) -> DailyAllowance | None:
+    """The cap in force on ``user`` today (None: none): what it spent counts only on the day
+    it spent it, so the allowance is whole again at 00:00 UTC."""
+    if cap is None:
+        return None
+    return DailyAllowance(cap, user.spent_today if user.spent_day == today else 0, today)
+
+
+def spendable(balance: int, daily: DailyAllowance | None) -> int:
+    """What an account may spend now: its balance, or what its daily cap leaves if less. The
+    credit rule (:func:`hold_check`) is applied to this, so a daily cap is kept as a balance
+    is: concurrent turns overshoot it by at most one call's cost."""
+    return balance if daily is None else min(balance, daily.left)
+
+
+def cap_refused(balance: int, spent: int, daily: DailyAllowance | None) -> bool:
+    """Whether a call refused as spent (:attr:`Standing.SPENT`) was refused by the daily cap
+    (402 ``daily_cap_reached``) rather than by the balance: a cap is in force and the
+    balance, less what the turn ``spent``, is not spent."""
+    return daily is not None and balance - spent > 0
+
+
+def resets_at(day: str) -> str:
+    """When the allowance of a daily cap counted on ``day`` is whole again: the next 00:00
+    UTC (ISO-8601)."""
+    return (date.fromisoformat(day) + timedelta(days=1)).isoformat() + "T00:00:00Z"
+
+
+def daily_low_threshold(cap: int | None) -> int | None:
+    """Today's spending at which ``credits.low`` is told: 80% of the daily cap (None: no
+    cap)."""
+    return math.ceil(cap * DAILY_LOW_SHARE) if cap else None
+
+
+def reached(threshold: int | None, after: int, spent: int) -> bool:
+    """Whether charges of ``spent`` credits took today's spending from under ``threshold``
+    to ``after``, at or over it: told once a day (spending only grows within a day)."""
+    return threshold is not None and spent > 0 and after - spent < threshold <= after
 
 
 # --- the rate window -------------------------------------------------------------------------
@@ -172,25 +231,27 @@ def held_by_others(holds: Mapping[str, Sequence[float]], own: str, now: float) -
 
 @dataclass(frozen=True)
 class Account:
-    """An account row as a claim found it: its balance, plan, counted requests (``hits``) and
-    credit holds (``{id: [credits, expires, ...]}``)."""
+    """An account row as a claim found it: its balance, plan, counted requests (``hits``),
+    credit holds (``{id: [credits, expires, ...]}``) and the daily cap in force on it."""
 
     balance: int
     plan: str
     hits: Sequence[float]
     holds: Mapping[str, Sequence[float]]
+    daily: DailyAllowance | None = None
 
 
 def judge_claim(account: Account, hold_id: str, spent: int,
                 rate_limits: Mapping[str, int] | None, now: float) -> Claimed:
     """A claim on ``account`` (as it was before the claim): one request against the plan's
     rate limit (none when ``rate_limits`` is None), then a hold for its admission ``hold_id``,
-    whose turn has spent ``spent``. A request over the limit places no hold."""
+    whose turn has spent ``spent``, against what it may spend (:func:`spendable`). A request
+    over the limit places no hold."""
     limit = rate_limits.get(account.plan, 0) if rate_limits else 0
     rate = rate_check(account.hits, now, limit)
-    held = rate.ok and hold_check(account.balance, spent, held_by_others(
-        account.holds, hold_id, now)) is Standing.HELD
-    return Claimed(rate.ok, rate.retry_after, held, account.balance)
+    held = rate.ok and hold_check(spendable(account.balance, account.daily), spent,
+                                  held_by_others(account.holds, hold_id, now)) is Standing.HELD
+    return Claimed(rate.ok, rate.retry_after, held, account.balance, account.daily)
 
 
 def counted_plans(rate_limits: Mapping[str, int] | None) -> list[str]:

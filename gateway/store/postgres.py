@@ -15,34 +15,50 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 import asyncpg
 
 from gateway.base import jsonio
 from gateway.base.errors import BadRequest, Conflict, NotFound, Unavailable
 from gateway.base.times import epoch_of, iso_utc
-from gateway.store import policy
-from gateway.store.columns import DELIVERY_COLUMNS, THREAD_COLUMNS, USER_COLUMNS
+from gateway.store import policy, usage
+from gateway.store.columns import (
+    DELIVERY_COLUMNS,
+    THREAD_COLUMNS,
+    USER_COLUMNS,
+    prefixed,
+    title_columns,
+    titled,
+    user_of,
+)
+from gateway.store.postgres_access import AccessWatch
+from gateway.store.postgres_admin import PostgresAdmin, append_audit
+from gateway.store.postgres_jobs import PostgresJobs
 from gateway.store.postgres_migrations import MIGRATIONS
 from gateway.store.postgres_webhooks import (
     HOOKED_ROWS,
     PostgresWebhooks,
     credits_low_params,
+    daily_low_params,
     event_params,
     queue_events,
 )
 from gateway.store.records import (
     REPLY_SLOT,
     USER_MESSAGE_SLOT,
+    AuditEntry,
+    Billing,
     ChannelMessage,
     Charge,
     Claim,
     Claimed,
     Delivery,
     DisplayMessage,
+    Earlier,
     ExpiredThread,
     InboxEntry,
+    Intake,
     LedgerEntry,
     Moment,
     SecretRecord,
@@ -51,6 +67,7 @@ from gateway.store.records import (
     StoredMessage,
     SummaryCommit,
     Thread,
+    ThreadHit,
     ThreadPage,
     ThreadRef,
     TurnCommit,
@@ -79,7 +96,7 @@ _GONE = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
 
 
 def _user(row: asyncpg.Record) -> User:
-    return User(*row[:6])
+    return user_of(row)
 
 
 def _thread(row: asyncpg.Record, offset: int = 0) -> Thread:
@@ -87,6 +104,37 @@ def _thread(row: asyncpg.Record, offset: int = 0) -> Thread:
         row[offset:offset + 9]
     return Thread(ThreadRef(user_id, thread_id, key, channel), summary, tokens, version,
                   created, updated)
+
+
+def _titled(row: asyncpg.Record, offset: int = 0) -> Thread:
+    """A thread from ``THREAD_COLUMNS`` at ``offset`` and then its :func:`title_columns`."""
+    return titled(_thread(row, offset), row[offset + 9], row[offset + 10])
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    """A text-search query matching text that holds a word starting with each of ``terms``
+    (letters and digits only: nothing in them is query syntax)."""
+    return " & ".join(f"'{term}':*" for term in terms)
+
+
+# The words of a text as the display_messages.search column holds them (migration 9).
+_WORDS = "to_tsvector('simple'::regconfig, regexp_replace({}, '[[:punct:]]+', ' ', 'g'))"
+
+# A page of the user's threads whose title, or one of whose display messages, holds every
+# term ($1), newest first from the cursor ($3, $4), each with its newest matching message
+# (from the GIN index; a title the user set is tested as it is read: a user has few).
+_SEARCH = f"""
+WITH q AS (SELECT to_tsquery('simple'::regconfig, $1) AS q),
+hit AS (
+    SELECT d.thread, max(d.id) AS message FROM display_messages d, q
+    WHERE d.search @@ q.q AND d.thread IN (SELECT id FROM threads WHERE user_id = $2)
+    GROUP BY d.thread)
+SELECT t.id, {THREAD_COLUMNS}, {title_columns("t")}, h.message,
+       (SELECT m.content FROM display_messages m WHERE m.id = h.message)
+FROM threads t LEFT JOIN hit h ON h.thread = t.id, q
+WHERE t.user_id = $2 AND (t.updated_at, t.id) < ($3, $4)
+  AND (h.message IS NOT NULL OR (t.title IS NOT NULL AND {_WORDS.format("t.title")} @@ q.q))
+ORDER BY t.updated_at DESC, t.id DESC LIMIT $5"""
 
 
 async def _get_user(conn: Connection, user_id: str) -> User:
@@ -150,7 +198,104 @@ async def _grant(conn: Connection, user_id: str, grant: Charge | None, now: str)
         await _charge(conn, user_id, None, grant, now)
 
 
-async def _answer_inbox(conn: Connection, inbound: ChannelMessage, reply: str, at: Moment,
+class _Reply(NamedTuple):
+    """A reply for the outbox: its text, when it was written, and the W3C trace context of
+    what wrote it (stored text, or None)."""
+
+    text: str
+    at: Moment
+    trace: str | None
+
+
+# What the charges of CTE ``charges`` (kind, model, prompt_tokens, completion_tokens,
+# credits, minutes, tool) come to, for the account's update and the rollups.
+_SPENT = """spent AS (
+  SELECT coalesce(sum(credits), 0) AS credits, coalesce(sum(minutes), 0) AS minutes,
+         count(*) AS n FROM charges)"""
+
+
+def _spend_set(day: str, now: str) -> str:
+    """The SET list of the account's update for the charges of ``spent``: its balances,
+    what it spent on ``day`` (counted afresh on a new day) and when it was last active; an
+    update with no charges changes neither of the last two."""
+    return f"""credits = credits - (SELECT credits FROM spent),
+    browser_minutes = browser_minutes - (SELECT minutes FROM spent),
+    spent_today = CASE WHEN (SELECT n FROM spent) = 0 THEN spent_today
+                       WHEN spent_day = {day}::text THEN spent_today + (SELECT credits FROM spent)
+                       ELSE (SELECT credits FROM spent) END,
+    spent_day = CASE WHEN (SELECT n FROM spent) = 0 THEN spent_day ELSE {day}::text END,
+    active_at = CASE WHEN (SELECT n FROM spent) = 0 THEN active_at ELSE {now}::text END"""
+
+
+def _add_spend(table: str) -> str:
+    return ", ".join(f"{column} = {table}.{column} + excluded.{column}" for column in (
+        "calls", "prompt_tokens", "completion_tokens", "credits", "minutes"))
+
+
+_SUMS = ("count(*) FILTER (WHERE c.model <> ''), sum(c.prompt_tokens), sum(c.completion_tokens),"
+         " sum(c.credits), sum(c.minutes)")
+
+
+def _rollup_ctes(user: str, channel: str, hour: str, day: str) -> str:
+    """The CTEs adding the charges of ``charges`` to the usage rollups
+    (:mod:`gateway.store.usage`), for the account ``user`` (SQL expressions all), once its
+    update ``billed`` (returning its ``plan``) ran: a row per dimension and value in the
+    hour's shard of the account, and the account's day."""
+    return f"""hours AS (
+  INSERT INTO usage_hours AS h (dim, hour, value, shard, calls, prompt_tokens,
+                                completion_tokens, credits, minutes)
+  SELECT d.dim, {hour}::text, d.value, hashtext({user}::text) & {usage.SHARDS - 1}, {_SUMS}
+  FROM charges c CROSS JOIN billed
+  CROSS JOIN LATERAL (VALUES ('plan', billed.plan), ('model', c.model),
+                             ('channel', {channel}::text), ('tool', c.tool)) AS d(dim, value)
+  GROUP BY d.dim, d.value
+  ON CONFLICT (dim, hour, value, shard) DO UPDATE SET {_add_spend("h")}),
+days AS (
+  INSERT INTO usage_days AS u (month, user_id, day, calls, prompt_tokens, completion_tokens,
+                               credits, minutes)
+  SELECT substr({day}::text, 1, 7), {user}::text, {day}::text, {_SUMS}
+  FROM charges c CROSS JOIN billed
+  HAVING count(*) > 0
+  ON CONFLICT (month, user_id, day) DO UPDATE SET {_add_spend("u")})"""
+
+
+def _charge_arrays(charges: Sequence[Charge]) -> tuple[list[Any], ...]:
+    """Charges as a statement's seven arrays (the columns of CTE ``charges``)."""
+    return ([c.kind for c in charges], [c.model for c in charges],
+            [c.prompt_tokens for c in charges], [c.completion_tokens for c in charges],
+            [c.credits for c in charges], [c.minutes for c in charges],
+            [c.tool for c in charges])
+
+
+# Usage booked on its own (a failed turn's calls, browser minutes): the ledger rows, the
+# account's balances and spending today, the rollups; the channel is the thread's.
+_BOOK = """
+WITH charges AS (
+  SELECT * FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
+                       $8::bigint[], $9::text[])
+    AS c(kind, model, prompt_tokens, completion_tokens, credits, minutes, tool)),
+ledgered AS (
+  INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
+                      credits, minutes, created_at)
+  SELECT $1, $2, c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.credits,
+         c.minutes, $10 FROM charges c),
+""" + _SPENT + """,
+billed AS (UPDATE users SET """ + _spend_set("$11", "$10") + """
+  WHERE user_id = $1 RETURNING plan),
+""" + _rollup_ctes("$1", "coalesce((SELECT channel FROM threads WHERE session_key = $2), '')",
+                   "$12", "$11") + """
+SELECT count(*) FROM billed"""
+
+
+async def _book(conn: Connection, billing: Billing, now: str) -> None:
+    """Book usage outside a commit's statement (see ``_BOOK``)."""
+    if billing.charges:
+        await conn.execute(_BOOK, billing.user_id, billing.thread_key,
+                           *_charge_arrays(billing.charges), now, now[:10],
+                           usage.hour_key(now))
+
+
+async def _answer_inbox(conn: Connection, inbound: ChannelMessage, reply: _Reply,
                         process: str) -> bool:
     """Mark a pending inbox message answered and put its reply in the outbox, together;
     False if the message is not pending (unknown, or answered already)."""
@@ -162,10 +307,25 @@ async def _answer_inbox(conn: Connection, inbound: ChannelMessage, reply: str, a
         return False
     await conn.execute(
         "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
-        " next_attempt, created, updated_at, taken_by) VALUES ($1, $2, $3, $4, $5, $6,"
-        " 'pending', $7, $7, $8, $9)", *inbound, row[0], row[1], reply, row[2], at.epoch,
-        at.iso, process)
+        " next_attempt, created, updated_at, taken_by, trace) VALUES ($1, $2, $3, $4, $5, $6,"
+        " 'pending', $7, $7, $8, $9, $10)", *inbound, row[0], row[1], reply.text, row[2],
+        reply.at.epoch, reply.at.iso, process, reply.trace)
     return True
+
+
+async def _queue_own(conn: Connection, entry: InboxEntry, text: str, at: Moment,
+                     process: str) -> bool:
+    """Put a message that answers no inbound one in the outbox (with ``entry.trace``),
+    recorded in the inbox under ``entry``'s channel and id so that it is queued once; False
+    if that id was taken."""
+    taken = await conn.fetchval(
+        "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+        " received_at, taken_by) VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7)"
+        " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id", entry.channel,
+        entry.message_id, entry.conversation, entry.address, entry.max_chars, at.iso, process)
+    return taken is not None and await _answer_inbox(
+        conn, ChannelMessage(entry.channel, entry.message_id), _Reply(text, at, entry.trace),
+        process)
 
 
 # The active session's size, last write and replay window (lines of the replies from the
@@ -206,7 +366,8 @@ def _claim_cte(user: int, first: int) -> str:
     onwards are :func:`_claim_params`'s (the hold, its need, the counted plans, now, when the
     hold expires, the window's start): a claim recorded on the
     account row, under the row's lock, whatever the rules will say of it. It returns the row
-    as the claim left it (``credits``, ``plan``, ``rate_hits``, ``holds``) for :func:`_judge`;
+    as the claim left it (``credits``, ``plan``, ``rate_hits``, ``holds`` and what its daily
+    cap counts) for :func:`_judge`;
     what the rules refuse :data:`_TAKE_BACK` undoes.
 
     Recorded: the request at ``now``, last in ``rate_hits``, when the account's plan is one of
@@ -228,7 +389,7 @@ def _claim_cte(user: int, first: int) -> str:
                  {need}::bigint, {expires}::float8, holds -> {hold}::text -> 0,
                  holds -> {hold}::text -> 1))
   WHERE user_id = {user_}
-  RETURNING credits, plan, rate_hits, holds)
+  RETURNING credits, plan, rate_hits, holds, daily_credits, spent_day, spent_today)
 """
 
 
@@ -249,13 +410,31 @@ UPDATE users SET
                                  || rate_hits[array_position(rate_hits, $4::float8) + 1:],
                                  rate_hits) END
 WHERE user_id = $1"""
+async def _drop_last_exchange(conn: Connection, session_key: str,
+                              message_ids: tuple[int, ...]) -> None:
+    """Delete the thread's last exchange (a turn replaces it): its rolling messages by id and
+    as many of the newest display messages; Conflict if they are not there any more."""
+    dropped = await conn.fetchval(
+        "WITH t AS (SELECT id FROM threads WHERE session_key = $1),"
+        " gone AS (DELETE FROM messages WHERE thread = (SELECT id FROM t)"
+        " AND id = ANY($2::bigint[]) RETURNING id),"
+        " shown AS (DELETE FROM display_messages WHERE id IN (SELECT id FROM display_messages"
+        " WHERE thread = (SELECT id FROM t) ORDER BY id DESC LIMIT $3))"
+        " SELECT count(*) FROM gone", session_key, list(message_ids), len(message_ids))
+    if dropped != len(message_ids):
+        raise Conflict("the thread's last exchange changed meanwhile", code="nothing_to_replace")
+
+
 _RELEASE = "UPDATE users SET holds = holds - $2::text WHERE user_id = $1"
 
 
 # A turn's commit, as one statement. Every write depends on ``ok``: the thread is the
 # owner's (the upsert returns no row for someone else's) and, when the turn answers a channel
 # message, that message was still pending (its inbox row moved to done here). credits.low
-# ($29-$32) is queued when the balance it leaves is in the window the rules gave.
+# ($29-$32) is queued when the balance it leaves is in the window the rules gave, and
+# ($36-$38) when today's spending ($34: the day) reaches the threshold the rules gave; the
+# usage rollups take the charges (their tools: $33) in hour $35; the reply's outbox row
+# keeps the turn's trace context ($39).
 _COMMIT_TURN = """
 WITH thread AS (
   INSERT INTO threads (session_key, user_id, thread_id, channel, created_at, updated_at)
@@ -283,32 +462,35 @@ kept AS (
   RETURNING id),
 queued AS (
   INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,
-                      next_attempt, created, updated_at, taken_by)
-  SELECT $9, $10, conversation, address, $11, max_chars, 'pending', $12, $12, $5, $21
+                      next_attempt, created, updated_at, taken_by, trace)
+  SELECT $9, $10, conversation, address, $11, max_chars, 'pending', $12, $12, $5, $21, $39
   FROM answered, ok),
 charges AS (
   SELECT * FROM unnest($13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[],
-                       $18::bigint[])
-    AS c(kind, model, prompt_tokens, completion_tokens, credits, minutes)),
+                       $18::bigint[], $33::text[])
+    AS c(kind, model, prompt_tokens, completion_tokens, credits, minutes, tool)),
 ledgered AS (
   INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
                       credits, minutes, created_at)
   SELECT $19, $1, c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.credits,
          c.minutes, $5 FROM charges c, ok),
-spent AS (SELECT coalesce(sum(credits), 0) AS credits FROM charges),
+""" + _SPENT + """,
 billed AS (
-  UPDATE users SET credits = credits - (SELECT credits FROM spent),
-                   browser_minutes = browser_minutes
-                                     - (SELECT coalesce(sum(minutes), 0) FROM charges),
+  UPDATE users SET """ + _spend_set("$34", "$5") + """,
                    holds = holds - coalesce($20::text, '')
   WHERE user_id = $19 AND EXISTS (SELECT 1 FROM ok)
-  RETURNING credits),
+  RETURNING credits, plan, spent_today),
+""" + _rollup_ctes("$19", "$4", "$35", "$34") + """,
 events AS (
   SELECT e.type, e.body, $2::text AS owner
   FROM unnest($27::text[], $28::text[]) AS e(type, body), ok
   UNION ALL
   SELECT 'credits.low', $31::text || billed.credits || $32::text, $19
-  FROM billed WHERE billed.credits BETWEEN $29::bigint AND $30::bigint),
+  FROM billed WHERE billed.credits BETWEEN $29::bigint AND $30::bigint
+  UNION ALL
+  SELECT 'credits.low', $37::text || billed.spent_today || $38::text, $19
+  FROM billed WHERE (SELECT credits FROM spent) > 0 AND billed.spent_today >= $36::bigint
+    AND billed.spent_today - (SELECT credits FROM spent) < $36::bigint),
 """ + queue_events(due="$12", taker="$21") + """,
 ids AS (SELECT min(id) AS question, max(id) AS reply FROM kept),
 lines AS (
@@ -343,31 +525,40 @@ assert (USER_MESSAGE_SLOT, REPLY_SLOT) == (-1, -2)  # the slots _COMMIT_TURN rep
 
 # A summarization's commit, as one statement: its writes depend on the version check (the
 # thread's UPDATE returning a row); the hold is released whatever the check said.
-# credits.low ($17-$20) as in _COMMIT_TURN.
+# credits.low ($17-$20, $26-$28) and the rollups ($23-$25) as in _COMMIT_TURN.
 _COMMIT_SUMMARY = """
 WITH thread AS (
   UPDATE threads SET summary = $1, summary_tokens = $2, summary_version = summary_version + 1
-  WHERE session_key = $3 AND summary_version = $4 RETURNING id, user_id),
+  WHERE session_key = $3 AND summary_version = $4 RETURNING id, user_id, channel),
 folded AS (
   DELETE FROM messages WHERE thread = (SELECT id FROM thread) AND id <= $5),
+charges AS (
+  SELECT $8::text AS kind, $9::text AS model, $10::bigint AS prompt_tokens,
+         $11::bigint AS completion_tokens, $12::bigint AS credits, $13::bigint AS minutes,
+         $23::text AS tool
+  WHERE EXISTS (SELECT 1 FROM thread)),
 ledgered AS (
   INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens, completion_tokens,
                       credits, minutes, created_at)
-  SELECT $6, $3, $8, $9, $10, $11, $12, $13, $14 FROM thread),
+  SELECT $6, $3, c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.credits,
+         c.minutes, $14 FROM charges c),
+""" + _SPENT + """,
 billed AS (
-  UPDATE users SET credits = credits - CASE WHEN EXISTS (SELECT 1 FROM thread)
-                                            THEN $12::bigint ELSE 0 END,
-                   browser_minutes = browser_minutes - CASE WHEN EXISTS (SELECT 1 FROM thread)
-                                                            THEN $13::bigint ELSE 0 END,
+  UPDATE users SET """ + _spend_set("$24", "$14") + """,
                    holds = holds - coalesce($7::text, '')
   WHERE user_id = $6
-  RETURNING credits),
+  RETURNING credits, plan, spent_today),
+""" + _rollup_ctes("$6", "(SELECT channel FROM thread)", "$25", "$24") + """,
 events AS (
   SELECT e.type, e.body, thread.user_id AS owner
   FROM unnest($15::text[], $16::text[]) AS e(type, body), thread
   UNION ALL
   SELECT 'credits.low', $19::text || billed.credits || $20::text, $6
-  FROM billed, thread WHERE billed.credits BETWEEN $17::bigint AND $18::bigint),
+  FROM billed, thread WHERE billed.credits BETWEEN $17::bigint AND $18::bigint
+  UNION ALL
+  SELECT 'credits.low', $27::text || billed.spent_today || $28::text, $6
+  FROM billed WHERE (SELECT credits FROM spent) > 0 AND billed.spent_today >= $26::bigint
+    AND billed.spent_today - (SELECT credits FROM spent) < $26::bigint),
 """ + queue_events(due="$21", taker="$22") + """
 SELECT EXISTS (SELECT 1 FROM thread) AS applied, """ + HOOKED_ROWS + """ AS hooked
 """
@@ -462,7 +653,13 @@ async def _judge(conn: Connection, user_id: str, claim: Claim, spent: int,
     row = jsonio.loads(found)
     holds, plan, hits = row["holds"], row["plan"], row["rate_hits"]
     counted = plan in policy.counted_plans(claim.rate_limits)
-    before = policy.Account(row["credits"], plan, hits[:-1] if counted else hits, holds)
+    cap = policy.daily_cap((claim.daily_caps or {}).get(plan, 0), row["daily_credits"])
+    daily = policy.daily_allowance(cap, User(user_id, plan, row["credits"], 0, "", "",
+                                             spent_day=row["spent_day"],
+                                             spent_today=row["spent_today"]),
+                                   policy.day_of(claim.now))
+    before = policy.Account(row["credits"], plan, hits[:-1] if counted else hits, holds,
+                            daily)
     claimed = policy.judge_claim(before, claim.hold_id, spent, claim.rate_limits, claim.now)
     entry = holds[claim.hold_id]
     recorded, previous = entry[:2], (None if entry[2] is None else entry[2:])
@@ -475,17 +672,20 @@ async def _judge(conn: Connection, user_id: str, claim: Claim, spent: int,
     return claimed
 
 
-class PostgresStore(PostgresWebhooks):
+class PostgresStore(PostgresWebhooks, PostgresJobs, PostgresAdmin):
     """Everything the gateway stores, in one PostgreSQL database (see the module docstring)."""
 
     shared = True  # any number of gateway processes
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time,
                  pool_size: int = 10,
-                 observe_statements: Callable[[str], None] | None = None) -> None:
+                 observe_statements: Callable[[str], None] | None = None,
+                 revocation_check_seconds: float = 10.0) -> None:
         """``observe_statements``, if given, is told each statement sent (the benchmark counts
-        a turn's round trips with it)."""
+        a turn's round trips with it); ``revocation_check_seconds``: how often the revocation
+        counter is read, in case a notification was lost (:mod:`.postgres_access`)."""
         self.url = url
+        self._access = AccessWatch(url, revocation_check_seconds)
         self._observe = observe_statements
         self.clock = clock
         self.pool_size = pool_size
@@ -529,6 +729,11 @@ class PostgresStore(PostgresWebhooks):
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
         self.process_id = secrets.token_hex(8)
         self._life = await self.try_lead(_life_role(self.process_id))
+        try:
+            await self._access.start()
+        except (*_GONE, asyncpg.PostgresError) as exc:
+            await self.close()
+            raise Unavailable(f"cannot listen on PostgreSQL: {exc}") from None
 
     async def _observed(self, conn: Connection) -> None:
         observe = self._observe
@@ -538,6 +743,7 @@ class PostgresStore(PostgresWebhooks):
     async def close(self) -> None:
         """Close the pools (idempotent). Connections holding turn locks or roles are cut
         (their locks end with them); queries get ``CLOSE_SECONDS`` to finish."""
+        await self._access.stop()
         locks, pool, self._locks, self._pool = self._locks, self._pool, None, None
         if locks is not None:
             locks.terminate()
@@ -607,7 +813,7 @@ class PostgresStore(PostgresWebhooks):
     async def list_users(self, limit: int, after: str | None = None) -> list[User]:
         """Up to ``limit`` accounts by user id, from the first after ``after``."""
         async def run(conn: Connection) -> list[User]:
-            return [User(*row) for row in await conn.fetch(
+            return [user_of(row) for row in await conn.fetch(
                 f"SELECT {USER_COLUMNS} FROM users WHERE user_id > $1 ORDER BY user_id"
                 " LIMIT $2", after or "", limit)]
         return await self._query(run)
@@ -621,7 +827,8 @@ class PostgresStore(PostgresWebhooks):
                 " (SELECT count(*) FROM web_sessions WHERE user_id = $1) AS sessions,"
                 " (SELECT count(*) FROM specialists WHERE user_id = $1) AS specialists,"
                 " (SELECT count(*) FROM browser_credentials WHERE user_id = $1) AS logins,"
-                " (SELECT count(*) FROM webhooks WHERE user_id = $1) AS webhooks", user_id)
+                " (SELECT count(*) FROM webhooks WHERE user_id = $1) AS webhooks,"
+                " (SELECT count(*) FROM jobs WHERE user_id = $1) AS jobs", user_id)
             return {name: int(value) for name, value in row.items()}
         return await self._query(run)
 
@@ -633,7 +840,10 @@ class PostgresStore(PostgresWebhooks):
                 gone += len(await conn.fetch(
                     f"DELETE FROM {table} WHERE user_id = $1 RETURNING 1", user_id))
             return gone
-        return await self._transaction(run)
+        try:
+            return await self._transaction(run)
+        finally:
+            self._access.changed()  # here at once; other processes when it commits
 
     async def delete_user(self, user_id: str) -> bool:
         """Remove the account and all held about it, in one transaction (PostgreSQL reclaims
@@ -647,13 +857,21 @@ class PostgresStore(PostgresWebhooks):
             await conn.execute("DELETE FROM sessions WHERE user_id = $1", user_id)
             return await conn.fetchval("DELETE FROM users WHERE user_id = $1 RETURNING 1",
                                        user_id) is not None
-        return await self._transaction(run)
+        try:
+            return await self._transaction(run)
+        finally:
+            self._access.changed()
 
-    async def grant_credits(self, user_id: str, credits: int) -> User:
-        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+    async def grant_credits(self, user_id: str, credits: int, audit: AuditEntry | None = None,
+                            kind: str = "grant") -> User:
+        """Add ``credits`` (a ledger row of ``kind``), with ``audit`` appended to the audit
+        log in the same transaction; raise ``NotFound`` if no account."""
         async def run(conn: Connection) -> User:
             await _get_user(conn, user_id)
-            await _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), self._now())
+            now = self._now()
+            await _charge(conn, user_id, None, Charge(kind, "", 0, 0, -credits), now)
+            if audit is not None:
+                await append_audit(conn, audit, now)
             return await _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -664,17 +882,26 @@ class PostgresStore(PostgresWebhooks):
             await conn.execute("DELETE FROM api_tokens WHERE user_id = $1", user_id)
             await conn.execute("INSERT INTO api_tokens VALUES ($1, $2, $3)",
                                token_hash, user_id, self._now())
-        await self._transaction(run)
+        try:
+            await self._transaction(run)
+        finally:
+            self._access.changed()
 
     async def user_for_token(self, token_hash: str) -> User | None:
         """The account owning this token hash, or None."""
         async def run(conn: Connection) -> User | None:
             row = await conn.fetchrow(
-                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period"
+                f"SELECT {prefixed(USER_COLUMNS, 'u')}"
                 " FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = $1",
                 token_hash)
             return _user(row) if row else None
         return await self._query(run)
+
+    async def access_epoch(self) -> int:
+        """This process's access epoch, from memory (see :mod:`.postgres_access`): moved on
+        by this process's revocations at once, by other processes' when their notification
+        arrives, at worst when the counter is next read."""
+        return self._access.epoch
 
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
                           minutes: int) -> User:
@@ -708,8 +935,8 @@ class PostgresStore(PostgresWebhooks):
         """Take metered browser minutes (a ledger row of kind ``what``)."""
         async def run(conn: Connection) -> User:
             await _get_user(conn, user_id)
-            await _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes),
-                          self._now())
+            await _book(conn, Billing(user_id, thread_key, [
+                Charge(what, "", 0, 0, 0, minutes, tool=what)]), self._now())
             return await _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -723,8 +950,8 @@ class PostgresStore(PostgresWebhooks):
                 raise NotFound(f"no user {user_id!r}", code="user_not_found")
             taken = policy.minutes_to_take(int(left), minutes)
             if taken > 0:
-                await _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
-                              self._now())
+                await _book(conn, Billing(user_id, thread_key, [
+                    Charge("browser", "", 0, 0, 0, taken, tool="browser")]), self._now())
             return taken
         return await self._transaction(run)
 
@@ -802,8 +1029,9 @@ class PostgresStore(PostgresWebhooks):
         """The thread with this session key, or None."""
         async def run(conn: Connection) -> Thread | None:
             row = await conn.fetchrow(
-                f"SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = $1", session_key)
-            return _thread(row) if row else None
+                f"SELECT {THREAD_COLUMNS}, {title_columns('threads')} FROM threads"
+                " WHERE session_key = $1", session_key)
+            return _titled(row) if row else None
         return await self._query(run)
 
     async def list_threads(self, user_id: str, limit: int = 50,
@@ -814,12 +1042,35 @@ class PostgresStore(PostgresWebhooks):
         async def run(conn: Connection) -> tuple[list[Thread], tuple[str, int] | None]:
             stamp, pk = before if before is not None else ("\uffff", 2**62)
             rows = await conn.fetch(
-                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE user_id = $1"
-                " AND (updated_at, id) < ($2, $3) ORDER BY updated_at DESC, id DESC LIMIT $4",
+                f"SELECT id, {THREAD_COLUMNS}, {title_columns('threads')} FROM threads"
+                " WHERE user_id = $1 AND (updated_at, id) < ($2, $3)"
+                " ORDER BY updated_at DESC, id DESC LIMIT $4",
                 user_id, stamp, pk, limit + 1)
             page = rows[:limit]
-            cursor = (page[-1][-1], page[-1][0]) if len(rows) > limit else None
-            return [_thread(row, 1) for row in page], cursor
+            cursor = (page[-1][9], page[-1][0]) if len(rows) > limit else None
+            return [_titled(row, 1) for row in page], cursor
+        return await self._query(run)
+
+    async def set_title(self, session_key: str, title: str | None) -> bool:
+        """Name the thread (None: it takes its first message's title again); False if no
+        thread. Its place in the list (``updated_at``) stays."""
+        async def run(conn: Connection) -> bool:
+            return await conn.fetchval("UPDATE threads SET title = $1 WHERE session_key = $2"
+                                       " RETURNING 1", title, session_key) is not None
+        return await self._query(run)
+
+    async def search_threads(self, user_id: str, terms: Sequence[str], limit: int,
+                             before: tuple[str, int] | None = None,
+                             ) -> tuple[list[ThreadHit], tuple[str, int] | None]:
+        """A page of the user's threads whose title or one of whose display messages holds
+        a word starting with each of ``terms``, most recently updated first (the order and
+        cursor of :meth:`list_threads`), and the next cursor (None on the last page)."""
+        async def run(conn: Connection) -> tuple[list[ThreadHit], tuple[str, int] | None]:
+            stamp, pk = before if before is not None else ("\uffff", 2**62)
+            rows = await conn.fetch(_SEARCH, _tsquery(terms), user_id, stamp, pk, limit + 1)
+            page = rows[:limit]
+            hits = [ThreadHit(_titled(row, 1), row[12], row[13] or "") for row in page]
+            return hits, (page[-1][9], page[-1][0]) if len(rows) > limit else None
         return await self._query(run)
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
@@ -958,7 +1209,17 @@ class PostgresStore(PostgresWebhooks):
         async def run(conn: Connection) -> TurnWritten:
             ref, inbound = commit.ref, commit.inbound
             messages, charges = commit.messages, commit.charges
+            if commit.job is not None:  # first: the claim's row lock, and nothing if lost
+                job = await self._finish_in(conn, commit.job, self.clock())
+                if commit.job.deliver and not await _queue_own(conn, InboxEntry(
+                        job.ref.channel, commit.job.message_id, job.ref.session_key,
+                        job.address, job.max_chars, b"", trace=commit.trace), commit.reply,
+                        self._moment(), self.process_id):
+                    raise Conflict(f"the run {commit.job.message_id} was queued already",
+                                   code="job_run_recorded")
             now = self._now()
+            if commit.replaces:
+                await _drop_last_exchange(conn, ref.session_key, commit.replaces)
             row = await conn.fetchrow(
                 _COMMIT_TURN, ref.session_key, ref.user_id, ref.thread_id, ref.channel,
                 now, [m.role for m in messages], [m.content for m in messages],
@@ -969,7 +1230,9 @@ class PostgresStore(PostgresWebhooks):
                 [c.credits for c in charges], [c.minutes for c in charges], commit.billed_user,
                 commit.hold, self.process_id, *_session_params(commit.session),
                 *event_params(commit.events, now),
-                *credits_low_params(commit.low_credits, sum(c.credits for c in charges), now))
+                *credits_low_params(commit.low_credits, sum(c.credits for c in charges), now),
+                [c.tool for c in charges], now[:10], usage.hour_key(now),
+                *daily_low_params(commit.daily_cap, now), commit.trace)
             self._announce(row["hooked"])
             if not row["touched"]:
                 raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
@@ -978,7 +1241,11 @@ class PostgresStore(PostgresWebhooks):
                 raise Conflict(f"{inbound[0]} message {inbound[1]} was already answered",
                                code="duplicate_message")
             return TurnWritten([int(i) for i in row["ids"]])
-        return await self._query(run)
+        # A turn that replaces the last exchange deletes it first, and a scheduled run's turn
+        # ends its claim and queues its reply: several statements, one transaction; any other
+        # turn is one statement.
+        return await (self._transaction(run) if commit.replaces or commit.job is not None
+                      else self._query(run))
 
     async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
                              hold: str | None = None) -> None:
@@ -987,9 +1254,7 @@ class PostgresStore(PostgresWebhooks):
         async def run(conn: Connection) -> None:
             if hold is not None:
                 await conn.execute(_RELEASE, user_id, hold)
-            now = self._now()
-            for charge in charges:
-                await _charge(conn, user_id, thread_key, charge, now)
+            await _book(conn, Billing(user_id, thread_key, charges), self._now())
         await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
@@ -1006,24 +1271,53 @@ class PostgresStore(PostgresWebhooks):
                 charge.completion_tokens, charge.credits, charge.minutes, now,
                 *event_params(commit.events, now),
                 *credits_low_params(commit.low_credits, charge.credits, now), self.clock(),
-                self.process_id)
+                self.process_id, charge.tool, now[:10], usage.hour_key(now),
+                *daily_low_params(commit.daily_cap, now))
             self._announce(row["hooked"])
             return bool(row["applied"])
         return await self._query(run)
 
     # --- durable inbox and outbox -------------------------------------------------------
-    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> Intake | None:
         """Commit a channel message to the inbox (``answered``: only to recognise a
-        redelivery); its id, or None if it is there already."""
-        async def run(conn: Connection) -> int | None:
-            pk: int | None = await conn.fetchval(
+        redelivery); None if it is there already. Behind others when an earlier message of
+        its conversation is pending with another process (in the same statement: no extra
+        round trip)."""
+        async def run(conn: Connection) -> Intake | None:
+            row = await conn.fetchrow(
                 "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
-                " payload, received_at, taken_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
+                " payload, received_at, taken_by, trace)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id, EXISTS ("
+                " SELECT 1 FROM inbox AS earlier WHERE earlier.state = 'pending'"
+                " AND earlier.channel = $1 AND earlier.conversation = $3"
+                " AND earlier.id < inbox.id AND earlier.taken_by IS DISTINCT FROM $9)",
                 entry.channel, entry.message_id, entry.conversation,
                 "done" if answered else "pending", entry.address, entry.max_chars,
-                None if answered else entry.payload, self._now(), self.process_id)
-            return pk
+                None if answered else entry.payload, self._now(), self.process_id, entry.trace)
+            return Intake(row[0], bool(row[1])) if row is not None else None
+        return await self._transaction(run)
+
+    async def inbox_take_earlier(self, entry: InboxEntry) -> Earlier:
+        """Take the pending messages of ``entry``'s conversation before it that are this
+        process's, nobody's, or a dead process's; oldest first; count those a live process
+        still holds."""
+        dead = await self._dead_takers("inbox")
+
+        async def run(conn: Connection) -> Earlier:
+            rows = await conn.fetch(
+                "UPDATE inbox SET taken_by = $4 WHERE state = 'pending' AND channel = $1"
+                " AND conversation = $2 AND id < $3"
+                " AND (taken_by IS NULL OR taken_by = $4 OR taken_by = ANY($5::text[]))"
+                " RETURNING channel, message_id, conversation, address, max_chars, payload, id,"
+                " trace",
+                entry.channel, entry.conversation, entry.id, self.process_id, dead)
+            elsewhere = await conn.fetchval(
+                "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = $1"
+                " AND conversation = $2 AND id < $3 AND taken_by <> $4",
+                entry.channel, entry.conversation, entry.id, self.process_id)
+            return Earlier(sorted((InboxEntry(*row) for row in rows),
+                                  key=lambda earlier: earlier.id), int(elsewhere))
         return await self._transaction(run)
 
     async def inbox_pending(self) -> list[InboxEntry]:
@@ -1036,7 +1330,8 @@ class PostgresStore(PostgresWebhooks):
             rows = await conn.fetch(
                 "UPDATE inbox SET taken_by = $1 WHERE state = 'pending'"
                 " AND (taken_by IS NULL OR taken_by = ANY($2::text[]))"
-                " RETURNING channel, message_id, conversation, address, max_chars, payload, id",
+                " RETURNING channel, message_id, conversation, address, max_chars, payload, id,"
+                " trace",
                 self.process_id, dead)
             return sorted((InboxEntry(*row) for row in rows), key=lambda entry: entry.id)
         return await self._query(run)
@@ -1056,27 +1351,20 @@ class PostgresStore(PostgresWebhooks):
                 dead.append(taker)
         return dead
 
-    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
-        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
-        False if it was not pending."""
+    async def answer_inbox(self, channel: str, message_id: str, reply: str,
+                           trace: str | None = None) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox (with the ``trace``
+        context of what wrote it), in one transaction; False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
-            conn, ChannelMessage(channel, message_id), reply, self._moment(), self.process_id))
+            conn, ChannelMessage(channel, message_id), _Reply(reply, self._moment(), trace),
+            self.process_id))
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
         """Put a message that answers no inbound one in the outbox, recorded in the inbox under
         ``entry``'s channel and id (so it is queued once), in one transaction; False if that
         id was taken already."""
-        async def run(conn: Connection) -> bool:
-            taken = await conn.fetchval(
-                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
-                " received_at, taken_by) VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7)"
-                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id", entry.channel,
-                entry.message_id, entry.conversation, entry.address, entry.max_chars,
-                self._now(), self.process_id)
-            return taken is not None and await _answer_inbox(
-                conn, ChannelMessage(entry.channel, entry.message_id), text, self._moment(),
-                self.process_id)
-        return await self._transaction(run)
+        return await self._transaction(lambda conn: _queue_own(
+            conn, entry, text, self._moment(), self.process_id))
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply."""
@@ -1228,10 +1516,10 @@ class PostgresStore(PostgresWebhooks):
         """The account and CSRF token of a session that has not expired, or None."""
         async def run(conn: Connection) -> WebSession | None:
             row = await conn.fetchrow(
-                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period,"
+                f"SELECT {prefixed(USER_COLUMNS, 'u')},"
                 " s.csrf FROM web_sessions s JOIN users u USING (user_id)"
                 " WHERE s.session_hash = $1 AND s.expires > $2", session_hash, self.clock())
-            return WebSession(_user(row), row[6]) if row else None
+            return WebSession(_user(row), row[-1]) if row else None
         return await self._query(run)
 
     async def delete_web_session(self, session_hash: str) -> None:

@@ -70,6 +70,16 @@ def credits_low_params(threshold: int | None, spent: int,
     return (*window, *webhook_events.credits_low_around(now, threshold))
 
 
+def daily_low_params(cap: int | None, now: str) -> tuple[int | None, str, str]:
+    """A commit statement's three parameters of ``credits.low`` near the daily ``cap``: the
+    spending today at which it is told (:func:`policy.daily_low_threshold`; NULL: never), and
+    its body at ``now`` before and after the spending's digits."""
+    threshold = policy.daily_low_threshold(cap)
+    if threshold is None or cap is None:
+        return None, "", ""
+    return (threshold, *webhook_events.daily_credits_low_around(now, cap, now[:10]))
+
+
 def event_params(events: Sequence[WebhookEvent], now: str) -> tuple[list[str], list[str]]:
     """Events as a statement's two arrays: their types and their bodies."""
     return ([event.type for event in events],

@@ -11,6 +11,8 @@ than a hand-off; a turn thus makes one read and one write, and no thread hand-of
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import sqlite3
@@ -19,21 +21,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from gateway.base.errors import BadRequest, Conflict, NotFound
+from gateway.base.errors import BadRequest, Conflict, GatewayError, NotFound
 from gateway.base.files import private_dir, private_file
 from gateway.base.locks import Alone
 from gateway.base.times import epoch_of, iso_utc
 from gateway.store import events as webhook_events
-from gateway.store import policy
+from gateway.store import policy, usage
 from gateway.store.columns import (
     DELIVERY_COLUMNS,
     THREAD_COLUMNS,
     USER_COLUMNS,
     WEBHOOK_COLUMNS,
     WEBHOOK_DELIVERY_COLUMNS,
+    prefixed,
+    title_columns,
+    titled,
+    user_of,
 )
+from gateway.store.in_use import FolderLock, try_lock
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.records import (
+    AuditEntry,
     Billing,
     ChannelMessage,
     Charge,
@@ -41,14 +49,18 @@ from gateway.store.records import (
     Delivery,
     DisplayMessage,
     DueDelivery,
+    Earlier,
     ExpiredThread,
     InboxEntry,
+    Intake,
     LedgerEntry,
     Moment,
     SecretRecord,
+    Spend,
     StoredMessage,
     SummaryCommit,
     Thread,
+    ThreadHit,
     ThreadPage,
     ThreadRef,
     TurnCommit,
@@ -61,6 +73,8 @@ from gateway.store.records import (
     WebhookEvent,
     WebSession,
 )
+from gateway.store.sqlite_admin import SQLiteAdmin, append_audit
+from gateway.store.sqlite_jobs import SQLiteJobs, finish_in
 from gateway.store.worker import WorkerThread
 
 log = logging.getLogger(__name__)
@@ -69,13 +83,40 @@ T = TypeVar("T")
 
 
 def _user(row: sqlite3.Row | tuple[Any, ...]) -> User:
-    return User(*row)
+    return user_of(row)
 
 
 def _thread(row: sqlite3.Row | tuple[Any, ...]) -> Thread:
     user_id, thread_id, key, channel, summary, tokens, version, created, updated = row
     return Thread(ThreadRef(user_id, thread_id, key, channel), summary, tokens, version,
                   created, updated)
+
+
+def _titled(row: sqlite3.Row | tuple[Any, ...]) -> Thread:
+    """A thread from ``THREAD_COLUMNS`` and then its :func:`title_columns`."""
+    return titled(_thread(row[:9]), row[9], row[10])
+
+
+def _fts_query(terms: Sequence[str]) -> str:
+    """An FTS5 query matching text that holds a word starting with each of ``terms`` (letters
+    and digits only: nothing in them is FTS5 syntax)."""
+    return " ".join(f'"{term}"*' for term in terms)
+
+
+# A page of the user's threads whose title, or one of whose display messages, holds every
+# term, newest first from the cursor (?3, ?4), each with its newest matching message. The
+# messages come from the full-text index (all users' matches, narrowed to the user's threads).
+_SEARCH = f"""
+WITH hit (thread, message) AS (
+    SELECT d.thread, max(d.id) FROM display_search s JOIN display_messages d ON d.id = s.rowid
+    WHERE display_search MATCH ?1 AND d.thread IN (SELECT id FROM threads WHERE user_id = ?2)
+    GROUP BY d.thread)
+SELECT t.id, {THREAD_COLUMNS}, {title_columns("t")}, h.message
+FROM threads t LEFT JOIN hit h ON h.thread = t.id
+WHERE t.user_id = ?2 AND (t.updated_at, t.id) < (?3, ?4)
+  AND (h.message IS NOT NULL
+       OR t.id IN (SELECT rowid FROM title_search WHERE title_search MATCH ?1))
+ORDER BY t.updated_at DESC, t.id DESC LIMIT ?5"""
 
 
 def _thread_pk(conn: sqlite3.Connection, session_key: str) -> int | None:
@@ -92,6 +133,31 @@ def _owned_pk(conn: sqlite3.Connection, ref: ThreadRef) -> int | None:
     if row[1] != ref.user_id:
         raise NotFound(f"no thread {ref.thread_id!r}", code="thread_not_found")
     return int(row[0])
+
+
+# Display messages queued for the search index before they are indexed in one transaction
+# (besides before every search).
+SEARCH_INDEX_BATCH = 512
+
+
+def _index_search(conn: sqlite3.Connection) -> None:
+    """Index the queued display messages for search, in the open transaction."""
+    conn.execute("INSERT INTO display_search (rowid, content) SELECT d.id, d.content"
+                 " FROM display_search_pending p JOIN display_messages d ON d.id = p.id")
+    conn.execute("DELETE FROM display_search_pending")
+
+
+def _drop_last_exchange(conn: sqlite3.Connection, pk: int,
+                        message_ids: tuple[int, ...]) -> None:
+    """Delete the thread's last exchange (a turn replaces it): its rolling messages by id and
+    as many of the newest display messages; Conflict if they are not there any more."""
+    marks = ", ".join("?" * len(message_ids))
+    dropped = conn.execute(f"DELETE FROM messages WHERE thread = ? AND id IN ({marks})",
+                           (pk, *message_ids)).rowcount
+    if dropped != len(message_ids):
+        raise Conflict("the thread's last exchange changed meanwhile", code="nothing_to_replace")
+    conn.execute("DELETE FROM display_messages WHERE id IN (SELECT id FROM display_messages"
+                 " WHERE thread = ? ORDER BY id DESC LIMIT ?)", (pk, len(message_ids)))
 
 
 def _touch_thread(conn: sqlite3.Connection, ref: ThreadRef, now: str) -> int:
@@ -116,7 +182,8 @@ def _pinned(conn: sqlite3.Connection, pk: int | None) -> dict[str, str]:
 
 def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, charge: Charge,
             now: str) -> int:
-    """A ledger row and the balance it changes; the credits left."""
+    """A ledger row and the balance it changes (a grant: no usage, no spending today); the
+    credits left."""
     conn.execute(
         "INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
         " completion_tokens, credits, minutes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -130,18 +197,85 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
     return int(row[0]) if row else 0
 
 
+_LEDGER_ROW = ("INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
+               " completion_tokens, credits, minutes, created_at)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+# What charges change on the account: its balances, what it spent today (counted afresh on a
+# new day) and when it was last active; the plan is its usage rollups'.
+_SPEND = ("UPDATE users SET credits = credits - ?1, browser_minutes = browser_minutes - ?2,"
+          " spent_today = CASE WHEN spent_day = ?3 THEN spent_today ELSE 0 END + ?1,"
+          " spent_day = ?3, active_at = ?4 WHERE user_id = ?5"
+          " RETURNING credits, plan, spent_today")
+_ADD_SPEND = ("calls = calls + excluded.calls, prompt_tokens = prompt_tokens"
+              " + excluded.prompt_tokens, completion_tokens = completion_tokens"
+              " + excluded.completion_tokens, credits = credits + excluded.credits,"
+              " minutes = minutes + excluded.minutes")
+_ADD_DAY = ("INSERT INTO usage_days VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            f" ON CONFLICT (month, user_id, day) DO UPDATE SET {_ADD_SPEND}")
+
+
+@functools.lru_cache(maxsize=16)
+def _add_hours(rows: int) -> str:
+    """The upsert of ``rows`` usage_hours rows, in one statement."""
+    return ("INSERT INTO usage_hours VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+            + f" ON CONFLICT (dim, hour, value) DO UPDATE SET {_ADD_SPEND}")
+
+
+def _book(conn: sqlite3.Connection, billing: Billing, at: Moment) -> tuple[int, int] | None:
+    """Book usage: the ledger rows, the account's balances and spending today (one update),
+    and the usage rollups (:mod:`gateway.store.usage`). The balance and today's spending
+    after, or None if there was nothing to book (or no account)."""
+    charges = billing.charges
+    if not charges:
+        return None
+    rows = [(billing.user_id, billing.thread_key, c.kind, c.model, c.prompt_tokens,
+             c.completion_tokens, c.credits, c.minutes, at.iso) for c in charges]
+    if len(rows) == 1:  # most turns: one call (executemany costs more for one row)
+        conn.execute(_LEDGER_ROW, rows[0])
+    else:
+        conn.executemany(_LEDGER_ROW, rows)
+    spend = usage.spend_of(charges)
+    day = at.iso[:10]
+    row = conn.execute(_SPEND, (spend.credits, spend.minutes, day, at.iso,
+                                billing.user_id)).fetchone()
+    if row is None:
+        return None
+    balance, plan, spent_today = row
+    channel = billing.channel
+    if channel is None:
+        found = conn.execute("SELECT channel FROM threads WHERE session_key = ?",
+                             (billing.thread_key,)).fetchone()
+        channel = found[0] if found else ""
+    hour = usage.hour_key(at.iso)
+    added = usage.hour_rows(charges, plan, channel, spend)
+    conn.execute(_add_hours(len(added)), [value for dim, name, spent in added
+                                          for value in (dim, hour, name, *_spend(spent))])
+    conn.execute(_ADD_DAY, (day[:7], billing.user_id, day, *_spend(spend)))
+    return int(balance), int(spent_today)
+
+
+def _spend(spend: Spend) -> tuple[int, int, int, int, int]:
+    return (spend.calls, spend.prompt_tokens, spend.completion_tokens, spend.credits,
+            spend.minutes)
+
+
 def _charge_all(conn: sqlite3.Connection, billing: Billing,
                 at: Moment) -> list[WebhookDelivery]:
-    """Ledger rows for the charges; ``credits.low`` queued (and returned) if they take the
-    balance under the billing's threshold (:func:`policy.fell_under`)."""
-    balance = None
-    for charge in billing.charges:
-        balance = _charge(conn, billing.user_id, billing.thread_key, charge, at.iso)
-    spent = sum(charge.credits for charge in billing.charges)
-    low = billing.low_credits
-    if balance is None or low is None or not policy.fell_under(low, balance, spent):
+    """Book the charges (:func:`_book`); ``credits.low`` queued (and returned) if they take
+    the balance under the billing's threshold (:func:`policy.fell_under`), or today's
+    spending to 80% of the daily cap (:func:`policy.reached`)."""
+    booked = _book(conn, billing, at)
+    if booked is None:
         return []
-    return _emit(conn, billing.user_id, [webhook_events.credits_low(balance, low)], at)
+    balance, spent_today = booked
+    spent = sum(charge.credits for charge in billing.charges)
+    low, cap = billing.low_credits, billing.daily_cap
+    events = []
+    if low is not None and policy.fell_under(low, balance, spent):
+        events.append(webhook_events.credits_low(balance, low))
+    if cap is not None and policy.reached(policy.daily_low_threshold(cap), spent_today, spent):
+        events.append(webhook_events.daily_credits_low(spent_today, cap, at.iso[:10]))
+    return _emit(conn, billing.user_id, events, at)
 
 
 def _webhook(row: sqlite3.Row | tuple[Any, ...]) -> Webhook:
@@ -208,9 +342,10 @@ _WRITER_PRAGMAS = ("PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON",
 
 
 def _answer_inbox(conn: sqlite3.Connection, inbound: ChannelMessage, reply: str,
-                  at: Moment) -> bool:
-    """Mark a pending inbox message answered and put its reply in the outbox, together;
-    False if the message is not pending (unknown, or answered already)."""
+                  at: Moment, trace: str | None) -> bool:
+    """Mark a pending inbox message answered and put its reply in the outbox (with the
+    ``trace`` context of what wrote it), together; False if the message is not pending
+    (unknown, or answered already)."""
     row = conn.execute(
         "UPDATE inbox SET state = 'done', payload = NULL"
         " WHERE channel = ? AND message_id = ? AND state = 'pending'"
@@ -219,9 +354,24 @@ def _answer_inbox(conn: sqlite3.Connection, inbound: ChannelMessage, reply: str,
         return False
     conn.execute(
         "INSERT INTO outbox (channel, message_id, conversation, address, text, max_chars, state,"
-        " next_attempt, created, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-        (*inbound, row[0], row[1], reply, row[2], at.epoch, at.epoch, at.iso))
+        " next_attempt, created, updated_at, trace)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+        (*inbound, row[0], row[1], reply, row[2], at.epoch, at.epoch, at.iso, trace))
     return True
+
+
+def _queue_own(conn: sqlite3.Connection, entry: InboxEntry, text: str, at: Moment) -> bool:
+    """Put a message that answers no inbound one in the outbox (with ``entry.trace``),
+    recorded in the inbox under ``entry``'s channel and id so that it is queued once; False
+    if that id was taken."""
+    taken = conn.execute(
+        "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
+        " received_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)"
+        " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
+        (entry.channel, entry.message_id, entry.conversation, entry.address,
+         entry.max_chars, at.iso)).fetchone()
+    return taken is not None and _answer_inbox(
+        conn, ChannelMessage(entry.channel, entry.message_id), text, at, entry.trace)
 
 
 class _GroupCommit:
@@ -361,11 +511,24 @@ def _apply_batch(conn: sqlite3.Connection,
     return outcomes
 
 
+def _statements(script: str) -> list[str]:
+    """The statements of a migration script, in order: split at each ``;`` that ends one (a
+    trigger's body holds statements of its own)."""
+    statements, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending)
+            pending = ""
+    return statements
+
+
 def _ignore(queued: list[WebhookDelivery]) -> None:
     """No dispatcher listens."""
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteJobs, SQLiteAdmin):
     """SQLite implementation of the Store protocol."""
 
     shared = False  # one process per database file
@@ -376,6 +539,10 @@ class SQLiteStore:
         self._worker: WorkerThread | None = None
         self._group: _GroupCommit
         self._reader: sqlite3.Connection | None = None
+        self._in_use: FolderLock | None = None  # tells `cloudybot migrate` the folder is live
+        self._search_worker: WorkerThread | None = None
+        self._search_opening = asyncio.Lock()  # two first searches at once open one thread
+        self._unindexed = 0  # display messages this process queued for search since it indexed
         # Told of the webhook deliveries each commit queued (the gateway's dispatcher).
         self.webhooks_queued: Callable[[list[WebhookDelivery]], None] = _ignore
 
@@ -392,9 +559,14 @@ class SQLiteStore:
 
         The directory is 0700 and the database 0600 before SQLite opens it: SQLite gives its
         ``-wal`` and ``-shm`` files the database's mode. Files left by an older version are
-        tightened here too.
+        tightened here too. The data folder is marked as in use (:mod:`~gateway.store.in_use`)
+        while the store is open; one a migration is copying is refused.
         """
         private_dir(self.path.parent)
+        self._in_use = try_lock(self.path.parent, exclusive=False)
+        if self._in_use is None:
+            raise GatewayError(f"{self.path.parent} is being copied by `cloudybot migrate`; "
+                               "try again once it has finished")
         private_file(self.path, create=True)
         for suffix in ("-wal", "-shm"):
             private_file(self.path.with_name(self.path.name + suffix))
@@ -417,10 +589,16 @@ class SQLiteStore:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._search_worker is not None:
+            await self._search_worker.close()
+            self._search_worker = None
         if self._worker is not None:
             await self._group.close()
             await self._worker.close()
             self._worker = None
+        if self._in_use is not None:
+            self._in_use.release()
+            self._in_use = None
 
     async def _transaction(self, fn: Callable[[sqlite3.Connection], T],
                            off_loop: bool = False) -> T:
@@ -464,9 +642,8 @@ class SQLiteStore:
     def _migrate(conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            for statement in script.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(script):
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
 
     # --- accounts ---------------------------------------------------------------
@@ -519,7 +696,8 @@ class SQLiteStore:
                 " (SELECT count(*) FROM web_sessions WHERE user_id = ?1) AS sessions,"
                 " (SELECT count(*) FROM specialists WHERE user_id = ?1) AS specialists,"
                 " (SELECT count(*) FROM browser_credentials WHERE user_id = ?1) AS logins,"
-                " (SELECT count(*) FROM webhooks WHERE user_id = ?1) AS webhooks", (user_id,))
+                " (SELECT count(*) FROM webhooks WHERE user_id = ?1) AS webhooks,"
+                " (SELECT count(*) FROM jobs WHERE user_id = ?1) AS jobs", (user_id,))
             names = [column[0] for column in cursor.description]
             return dict(zip(names, cursor.fetchone(), strict=True))
         return await self._read(run)
@@ -544,8 +722,12 @@ class SQLiteStore:
                 conn.executemany("DELETE FROM inbox WHERE conversation = ?", keys)
                 conn.executemany("DELETE FROM outbox WHERE conversation = ?", keys)
                 conn.execute("DELETE FROM webhook_deliveries WHERE user_id = ?", (user_id,))
-                return conn.execute("DELETE FROM users WHERE user_id = ?",
+                gone = conn.execute("DELETE FROM users WHERE user_id = ?",
                                     (user_id,)).rowcount == 1  # the rest cascades
+                if gone:  # a full-text index keeps deleted words until its segments merge
+                    for index in ("display_search", "title_search"):
+                        conn.execute(f"INSERT INTO {index} ({index}) VALUES ('optimize')")
+                return gone
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
         deleted = await self._transaction(run, off_loop=True)
@@ -554,11 +736,16 @@ class SQLiteStore:
             lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
         return bool(deleted)
 
-    async def grant_credits(self, user_id: str, credits: int) -> User:
-        """Add ``credits`` (a ledger row of kind ``grant``); raise ``NotFound`` if no account."""
+    async def grant_credits(self, user_id: str, credits: int, audit: AuditEntry | None = None,
+                            kind: str = "grant") -> User:
+        """Add ``credits`` (a ledger row of ``kind``), with ``audit`` appended to the audit
+        log in the same transaction; raise ``NotFound`` if no account."""
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
-            _charge(conn, user_id, None, Charge("grant", "", 0, 0, -credits), self._now())
+            now = self._now()
+            _charge(conn, user_id, None, Charge(kind, "", 0, 0, -credits), now)
+            if audit is not None:
+                append_audit(conn, audit, now)
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -576,11 +763,21 @@ class SQLiteStore:
         """The account owning this token hash, or None."""
         def run(conn: sqlite3.Connection) -> User | None:
             row = conn.execute(
-                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period"
+                f"SELECT {prefixed(USER_COLUMNS, 'u')}"
                 " FROM api_tokens t JOIN users u USING (user_id) WHERE t.token_hash = ?",
                 (token_hash,)).fetchone()
             return _user(row) if row else None
         return await self._read(run)
+
+    async def access_epoch(self) -> int:
+        """The count of API tokens that ever stopped working (a trigger keeps it, in the
+        transaction that ends them): one statement on the reader's connection, its own
+        snapshot, no BEGIN. (``PRAGMA data_version`` would cost as much, 2.0 µs against
+        2.4, and changes with every write of any connection: a turn's too.)"""
+        conn = self._reader
+        if conn is None:
+            raise RuntimeError("store is not open")
+        return int(conn.execute("SELECT revoked FROM access_revocations").fetchone()[0])
 
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
                           minutes: int) -> User:
@@ -613,7 +810,8 @@ class SQLiteStore:
         """Take metered browser minutes (a ledger row of kind ``what``)."""
         def run(conn: sqlite3.Connection) -> User:
             _get_user(conn, user_id)
-            _charge(conn, user_id, thread_key, Charge(what, "", 0, 0, 0, minutes), self._now())
+            _book(conn, Billing(user_id, thread_key, [Charge(what, "", 0, 0, 0, minutes,
+                                                             tool=what)]), self._moment())
             return _get_user(conn, user_id)
         return await self._transaction(run)
 
@@ -622,8 +820,8 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> int:
             taken = policy.minutes_to_take(_get_user(conn, user_id).browser_minutes, minutes)
             if taken > 0:
-                _charge(conn, user_id, thread_key, Charge("browser", "", 0, 0, 0, taken),
-                        self._now())
+                _book(conn, Billing(user_id, thread_key, [
+                    Charge("browser", "", 0, 0, 0, taken, tool="browser")]), self._moment())
             return taken
         return await self._transaction(run)
 
@@ -694,9 +892,9 @@ class SQLiteStore:
     async def get_thread(self, session_key: str) -> Thread | None:
         """The thread with this session key, or None."""
         def run(conn: sqlite3.Connection) -> Thread | None:
-            row = conn.execute(f"SELECT {THREAD_COLUMNS} FROM threads WHERE session_key = ?",
-                               (session_key,)).fetchone()
-            return _thread(row) if row else None
+            row = conn.execute(f"SELECT {THREAD_COLUMNS}, {title_columns('threads')}"
+                               " FROM threads WHERE session_key = ?", (session_key,)).fetchone()
+            return _titled(row) if row else None
         return await self._read(run)
 
     async def list_threads(self, user_id: str, limit: int = 50,
@@ -708,13 +906,62 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> tuple[list[Thread], tuple[str, int] | None]:
             stamp, pk = before if before is not None else ("\uffff", 2**62)
             rows = conn.execute(
-                f"SELECT id, {THREAD_COLUMNS} FROM threads WHERE user_id = ?"
-                " AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?",
+                f"SELECT id, {THREAD_COLUMNS}, {title_columns('threads')} FROM threads"
+                " WHERE user_id = ? AND (updated_at, id) < (?, ?)"
+                " ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (user_id, stamp, pk, limit + 1)).fetchall()
             page = rows[:limit]
-            cursor = (page[-1][-1], page[-1][0]) if len(rows) > limit else None
-            return [_thread(row[1:]) for row in page], cursor
+            cursor = (page[-1][9], page[-1][0]) if len(rows) > limit else None
+            return [_titled(row[1:]) for row in page], cursor
         return await self._read(run)
+
+    async def set_title(self, session_key: str, title: str | None) -> bool:
+        """Name the thread (None: it takes its first message's title again); False if no
+        thread. Its place in the list (``updated_at``) stays."""
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute("UPDATE threads SET title = ? WHERE session_key = ?",
+                                (title, session_key)).rowcount == 1
+        return await self._transaction(run)
+
+    async def search_threads(self, user_id: str, terms: Sequence[str], limit: int,
+                             before: tuple[str, int] | None = None,
+                             ) -> tuple[list[ThreadHit], tuple[str, int] | None]:
+        """A page of the user's threads whose title or one of whose display messages holds
+        a word starting with each of ``terms``, most recently updated first (the order and
+        cursor of :meth:`list_threads`), and the next cursor (None on the last page).
+
+        Runs on a reading thread of its own: a common word matches many messages, and the
+        event loop and the writer go on meanwhile."""
+        stamp, pk = before if before is not None else ("\uffff", 2**62)
+        await self.index_search()  # what was written before the search is found
+
+        def run(conn: sqlite3.Connection) -> tuple[list[ThreadHit], tuple[str, int] | None]:
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(_SEARCH, (_fts_query(terms), user_id, stamp, pk,
+                                              limit + 1)).fetchall()
+                page = rows[:limit]
+                ids = [row[-1] for row in page if row[-1] is not None]
+                texts = dict(conn.execute(
+                    "SELECT id, content FROM display_messages WHERE id IN"
+                    f" ({', '.join('?' * len(ids))})", ids).fetchall()) if ids else {}
+            finally:
+                conn.execute("COMMIT")
+            hits = [ThreadHit(_titled(row[1:12]), row[-1], texts.get(row[-1], ""))
+                    for row in page]
+            return hits, (page[-1][9], page[-1][0]) if len(rows) > limit else None
+        return await (await self._searcher()).call(run)
+
+    async def _searcher(self) -> WorkerThread:
+        """The thread searches run on, read-only, started at the first search."""
+        if self._worker is None:
+            raise RuntimeError("store is not open")
+        async with self._search_opening:
+            if self._search_worker is None:
+                worker = WorkerThread(self.path)
+                await worker.open(["PRAGMA query_only = ON", "PRAGMA busy_timeout = 5000"])
+                self._search_worker = worker
+            return self._search_worker
 
     async def get_pinned(self, ref: ThreadRef) -> dict[str, str]:
         """The thread's pinned keys (empty if no thread)."""
@@ -857,6 +1104,8 @@ class SQLiteStore:
             at = self._moment()
             now = at.iso
             pk = _touch_thread(conn, commit.ref, now)
+            if commit.replaces:
+                _drop_last_exchange(conn, pk, commit.replaces)
             ids = [conn.execute(
                 "INSERT INTO messages (thread, role, content, tokens) VALUES (?, ?, ?, ?)",
                 (pk, m.role, m.content, m.tokens)).lastrowid for m in commit.messages]
@@ -866,22 +1115,41 @@ class SQLiteStore:
                 [(pk, m.role, m.content, now) for m in commit.messages],
             )
             if commit.inbound is not None and not _answer_inbox(
-                    conn, commit.inbound, commit.reply, at):
+                    conn, commit.inbound, commit.reply, at, commit.trace):
                 raise Conflict(f"{commit.inbound[0]} message {commit.inbound[1]} was already "
                                "answered", code="duplicate_message")
+            if commit.job is not None:
+                job = finish_in(conn, commit.job, at.epoch)
+                if commit.job.deliver and not _queue_own(conn, InboxEntry(
+                        job.ref.channel, commit.job.message_id, job.ref.session_key,
+                        job.address, job.max_chars, b"", trace=commit.trace),
+                        commit.reply, at):
+                    raise Conflict(f"the run {commit.job.message_id} was queued already",
+                                   code="job_run_recorded")
             queued += _charge_all(conn, commit.billing, at)
             queued += _emit(conn, commit.ref.user_id, commit.events, at)
             return TurnWritten([i for i in ids if i is not None])
-        return await self._announcing(run)
+        written = await self._announcing(run)
+        self._unindexed += len(commit.messages)
+        if self._unindexed >= SEARCH_INDEX_BATCH:
+            try:
+                await self.index_search()
+            except sqlite3.Error as exc:  # the turn is committed; the next search indexes
+                log.warning("indexing messages for search failed: %s", exc)
+        return written
+
+    async def index_search(self) -> None:
+        """Index the display messages queued for search (done before every search, and
+        once ``SEARCH_INDEX_BATCH`` were written)."""
+        self._unindexed = 0
+        await self._transaction(_index_search)
 
     async def record_charges(self, user_id: str, thread_key: str, charges: list[Charge],
                              hold: str | None = None) -> None:
         """Ledger rows (and balance) for calls whose turn was not stored (``hold``: only
         shared quotas have holds in the store)."""
         def run(conn: sqlite3.Connection) -> None:
-            now = self._now()
-            for charge in charges:
-                _charge(conn, user_id, thread_key, charge, now)
+            _book(conn, Billing(user_id, thread_key, charges), self._moment())
         await self._transaction(run)
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
@@ -892,7 +1160,7 @@ class SQLiteStore:
             cursor = conn.execute(
                 "UPDATE threads SET summary = ?, summary_tokens = ?,"
                 " summary_version = summary_version + 1"
-                " WHERE session_key = ? AND summary_version = ? RETURNING id, user_id",
+                " WHERE session_key = ? AND summary_version = ? RETURNING id, user_id, channel",
                 (commit.summary, commit.summary_tokens, commit.session_key,
                  commit.expected_version),
             )
@@ -901,55 +1169,60 @@ class SQLiteStore:
                 return False
             conn.execute("DELETE FROM messages WHERE thread = ? AND id <= ?",
                          (row[0], commit.folded_through_id))
-            queued += _charge_all(conn, commit.billing, at)
+            queued += _charge_all(conn, dataclasses.replace(commit.billing, channel=row[2]), at)
             queued += _emit(conn, row[1], commit.events, at)
             return True
         return await self._announcing(run)
 
     # --- durable inbox and outbox -------------------------------------------------------
-    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> int | None:
+    async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> Intake | None:
         """Commit a channel message to the inbox (``answered``: as already answered, only to
-        recognise a redelivery); its id, or None if it is there already."""
-        def run(conn: sqlite3.Connection) -> int | None:
+        recognise a redelivery); None if it is there already. One process answers the whole
+        inbox, in order: a message is never behind another process's."""
+        def run(conn: sqlite3.Connection) -> Intake | None:
             row = conn.execute(
                 "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
-                " payload, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " payload, received_at, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
                 (entry.channel, entry.message_id, entry.conversation,
                  "done" if answered else "pending", entry.address, entry.max_chars,
-                 None if answered else entry.payload, self._now())).fetchone()
-            return int(row[0]) if row else None
+                 None if answered else entry.payload, self._now(), entry.trace)).fetchone()
+            return Intake(int(row[0])) if row else None
         return await self._transaction(run)
+
+    async def inbox_take_earlier(self, entry: InboxEntry) -> Earlier:
+        """The pending messages of ``entry``'s conversation before it, oldest first (this
+        process answers them all; none is elsewhere)."""
+        def run(conn: sqlite3.Connection) -> Earlier:
+            rows = conn.execute(
+                "SELECT channel, message_id, conversation, address, max_chars, payload, id, trace"
+                " FROM inbox WHERE state = 'pending' AND channel = ? AND conversation = ?"
+                " AND id < ? ORDER BY id", (entry.channel, entry.conversation, entry.id))
+            return Earlier([InboxEntry(*row) for row in rows])
+        return await self._read(run)
 
     async def inbox_pending(self) -> list[InboxEntry]:
         """Every unanswered inbox message, in arrival order."""
         def run(conn: sqlite3.Connection) -> list[InboxEntry]:
             rows = conn.execute(
-                "SELECT channel, message_id, conversation, address, max_chars, payload, id"
+                "SELECT channel, message_id, conversation, address, max_chars, payload, id, trace"
                 " FROM inbox WHERE state = 'pending' ORDER BY id").fetchall()
             return [InboxEntry(*row) for row in rows]
         return await self._read(run)
 
-    async def answer_inbox(self, channel: str, message_id: str, reply: str) -> bool:
-        """Mark the message answered and queue ``reply`` in the outbox, in one transaction;
-        False if it was not pending."""
+    async def answer_inbox(self, channel: str, message_id: str, reply: str,
+                           trace: str | None = None) -> bool:
+        """Mark the message answered and queue ``reply`` in the outbox (with the ``trace``
+        context of what wrote it), in one transaction; False if it was not pending."""
         return await self._transaction(lambda conn: _answer_inbox(
-            conn, ChannelMessage(channel, message_id), reply, self._moment()))
+            conn, ChannelMessage(channel, message_id), reply, self._moment(), trace))
 
     async def queue_message(self, entry: InboxEntry, text: str) -> bool:
         """Put a message that answers no inbound one in the outbox, recorded in the inbox under
         ``entry``'s channel and id (so it is queued once), in one transaction; False if that
         id was taken already."""
-        def run(conn: sqlite3.Connection) -> bool:
-            taken = conn.execute(
-                "INSERT INTO inbox (channel, message_id, conversation, state, address, max_chars,"
-                " received_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)"
-                " ON CONFLICT (channel, message_id) DO NOTHING RETURNING id",
-                (entry.channel, entry.message_id, entry.conversation, entry.address,
-                 entry.max_chars, self._now())).fetchone()
-            return taken is not None and _answer_inbox(
-                conn, ChannelMessage(entry.channel, entry.message_id), text, self._moment())
-        return await self._transaction(run)
+        return await self._transaction(
+            lambda conn: _queue_own(conn, entry, text, self._moment()))
 
     async def drop_inbox(self, channel: str, message_id: str) -> None:
         """Mark a pending message done without a reply (there is nothing to say)."""
@@ -1089,11 +1362,11 @@ class SQLiteStore:
         """The account and CSRF token of a session that has not expired, or None."""
         def run(conn: sqlite3.Connection) -> WebSession | None:
             row = conn.execute(
-                "SELECT u.user_id, u.plan, u.credits, u.browser_minutes, u.created_at, u.period,"
+                f"SELECT {prefixed(USER_COLUMNS, 'u')},"
                 " s.csrf FROM web_sessions s JOIN users u USING (user_id)"
                 " WHERE s.session_hash = ? AND s.expires > ?",
                 (session_hash, self.clock())).fetchone()
-            return WebSession(_user(row[:6]), row[6]) if row else None
+            return WebSession(_user(row), row[-1]) if row else None
         return await self._read(run)
 
     async def delete_web_session(self, session_hash: str) -> None:

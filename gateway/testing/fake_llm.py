@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat-completions server on 127.0.0.1 that records every request."""
+"""An OpenAI-compatible chat-completions server on 127.0.0.1 that records every request and
+refuses, as OpenAI does, messages that break the API's rules."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.testing.chat_rules import openai_violation
 from gateway.testing.loopback import LoopbackServer
 
 
@@ -51,7 +53,8 @@ class Scripted:
     then the tool calls, then (with ``stream_options.include_usage``) the usage, then
     ``data: [DONE]``; with ``break_after``, a broken event follows that many pieces instead;
     with ``pause_after``, the stream waits on ``resume`` after that many pieces (a client can
-    act mid-stream at a known moment).
+    act mid-stream at a known moment); with ``drop_after``, the connection is dropped after
+    that many pieces (as a provider that fails mid-answer).
     """
 
     status: int = 200
@@ -65,6 +68,7 @@ class Scripted:
     break_after: int | None = None
     pause_after: int | None = None
     resume: asyncio.Event | None = None
+    drop_after: int | None = None
 
 
 def completion(text: str, prompt_tokens: int | None = 10, completion_tokens: int | None = 5,
@@ -93,12 +97,18 @@ def default_reply(request: Recorded) -> Scripted:
 
 
 class FakeLLM:
-    """The fake server. Queue answers in ``script`` (used first) or set ``responder``."""
+    """The fake server. Queue answers in ``script`` (used first) or set ``responder``.
+
+    A request whose messages break OpenAI's rules (a ``tool`` message that answers no
+    ``tool_calls`` just before it, calls left unanswered: :func:`~gateway.testing.chat_rules.
+    openai_violation`) is recorded, then refused with OpenAI's 400 ``invalid_request_error``,
+    its reason kept in ``refusals``."""
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self.script: list[Scripted] = []
         self.responder: Callable[[Recorded], Scripted] = default_reply
+        self.refusals: list[str] = []  # why requests were refused (400), in order
         self.url = ""
         self._server = LoopbackServer()
 
@@ -116,6 +126,13 @@ class FakeLLM:
         body = json.loads(await request.read())
         recorded = Recorded(body, dict(request.headers))
         self.requests.append(recorded)
+        refused = openai_violation(body)
+        if refused is not None:  # as OpenAI refuses messages its rules do not allow
+            message, param = refused
+            self.refusals.append(message)
+            return web.json_response({"error": {"message": message, "type":
+                                                "invalid_request_error", "param": param,
+                                                "code": None}}, status=400)
         answer = self.script.pop(0) if self.script else self.responder(recorded)
         if answer.delay:
             await asyncio.sleep(answer.delay)
@@ -151,6 +168,9 @@ class FakeLLM:
             if number == answer.break_after:
                 await response.write(b"data: {the stream broke\n\n")
                 await response.write_eof()
+                return response
+            if number == answer.drop_after and request.transport is not None:
+                request.transport.abort()
                 return response
             if number == answer.pause_after and answer.resume is not None:
                 await answer.resume.wait()

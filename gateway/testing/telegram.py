@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -31,6 +33,7 @@ SECRET = "webhook-s3cret_value"
 BOT_ID = 7000000001
 BOT_USERNAME = "gateway_test_bot"
 MAX_TEXT_UNITS = 4096
+WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 ENTITY_TYPES = frozenset({
     "mention", "hashtag", "cashtag", "bot_command", "url", "email", "phone_number", "bold",
     "italic", "underline", "strikethrough", "spoiler", "blockquote", "expandable_blockquote",
@@ -65,6 +68,7 @@ class FakeTelegram:
         self._server = LoopbackServer()
         self.base_url = ""
         self.polls = 0  # getUpdates calls answered
+        self.webhook: tuple[str, str | None] = ("", None)  # (url, secret) setWebhook last set
         self.unconfirmed: list[dict[str, Any]] = []  # handed out, not yet confirmed
         self.confirmed_below = 0  # the highest offset a getUpdates call sent
         self.polling_now = 0  # getUpdates calls in flight
@@ -210,12 +214,32 @@ class FakeTelegram:
                          "chat": {"id": chat_id, "type": "supergroup"}})
 
     async def _setWebhook(self, params: dict[str, Any]) -> web.Response:
+        """Refused as the Bot API refuses: a URL that is not HTTPS or not on 443, 80, 88 or
+        8443, a secret token outside 1-256 of ``A-Za-z0-9_-``; an empty URL removes it."""
+        url = str(params.get("url") or "")
+        secret = params.get("secret_token")
+        if url:
+            parsed = urlsplit(url)
+            if parsed.scheme != "https" or not parsed.hostname:
+                return bad_request("bad webhook: An HTTPS URL must be provided for webhook")
+            if (parsed.port or 443) not in (80, 88, 443, 8443):
+                return bad_request("bad webhook: Webhook can be set up only on ports 80, 88, "
+                                   "443 or 8443")
+        if secret is not None and not WEBHOOK_SECRET.fullmatch(str(secret)):
+            return bad_request("secret token contains unallowed characters")
+        self.webhook = (url, None if secret is None else str(secret))
         return self._ok(True)
 
     async def _deleteWebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = ("", None)
         return self._ok(True)
 
     async def _getUpdates(self, params: dict[str, Any]) -> web.Response:
+        if self.webhook[0]:  # as the Bot API: polling and a webhook exclude each other
+            return web.json_response({
+                "ok": False, "error_code": 409, "description": "Conflict: can't use "
+                "getUpdates method while webhook is active; use deleteWebhook to delete the "
+                "webhook first"}, status=409)
         self.polling_now += 1
         self.most_concurrent_polls = max(self.most_concurrent_polls, self.polling_now)
         try:

@@ -4,5 +4,5 @@
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.billing``,
 ``gateway.memory``, ``gateway.accounts``, ``gateway.plugins``, ``gateway.interfaces``,
-``gateway.tools``; never ``kit``, ``api`` or ``cli``.
+``gateway.tools``, ``gateway.observe``; never ``kit``, ``api`` or ``cli``.
 """

@@ -11,41 +11,54 @@ state (as a rotation would), never a reply the session file knows and SQLite doe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import observe
 from gateway.accounts.access import Accounts
 from gateway.accounts.secrets import (
     SecretBox,
+    longest_spelling,
     open_credentials,
     redact,
     redact_chat_message,
+    redactor_for,
 )
 from gateway.base.errors import (
+    AccountBlocked,
+    Conflict,
     EmptyReply,
-    GatewayError,
     NotFound,
     PaymentRequired,
     ProviderError,
+    TurnStopped,
     Unavailable,
 )
-from gateway.base.logs import shown
+from gateway.base.logs import masking_in_logs, shown
 from gateway.base.metrics import Metrics
-from gateway.base.tokens import TokenCounter
+from gateway.base.pictures import Image
+from gateway.base.times import iso_utc
+from gateway.base.tokens import IMAGE_TOKENS, TokenCounter
 from gateway.billing.credits import (
+    CallUsage,
     CreditsBusy,
+    DailyCapReached,
     UsageBounds,
     charge_for,
     worst_case,
 )
 from gateway.billing.quotas import Quotas, TurnBill
 from gateway.config.settings import Settings
-from gateway.interfaces import Completion, CompletionRequest, Image, Provider, TextSink, TurnContext
+from gateway.interfaces import Completion, CompletionRequest, TextSink, TurnContext
 from gateway.memory.sessions import Rotation, Sessions, ToolExchange
 from gateway.memory.summaries import accept_summary, fold_point, summary_request
+from gateway.observe import Span, TraceContext
 from gateway.plugins.hooks import PluginHooks
 from gateway.store import (
     NewMessage,
@@ -62,20 +75,22 @@ from gateway.store import (
 from gateway.store import events as webhook_events
 from gateway.store.records import REPLY_SLOT, USER_MESSAGE_SLOT
 from gateway.tools import Credential, Toolbox, ToolCall, ToolContext
+from gateway.turn import traces
+from gateway.turn.fallback import Answer, ProviderChain
 from gateway.turn.prompt import Prompt, PromptInputs, assemble
 from gateway.turn.request import Turn
+from gateway.turn.tool_pictures import pictures_message, pictures_note, tool_pictures
 
 log = logging.getLogger(__name__)
-# What one picture is counted as against MAX_CONTEXT and in the reservation: OpenAI's
-# high-detail price of a large image (a 2048 x 2048 picture is 1,105 tokens).
-IMAGE_TOKENS = 1105
-# The most characters one character of a password takes in any encoding redaction covers
-# (``\uXXXX``); a streamed preview holds back this many per character of the longest password.
-ESCAPED_CHAR_WIDTH = 6
 OUT_OF_CREDITS_MIDWAY = ("I ran out of AI credits while working with tools, so I stopped "
                          "before finishing. Ask the operator for more credits.")
 CREDITS_HELD_MIDWAY = ("I stopped before finishing: your other requests in progress hold the "
                        "rest of your AI credits. Ask again in a moment.")
+DAILY_CAP_MIDWAY = ("I reached today's limit of AI credits while working with tools, so I "
+                    "stopped before finishing. It resets at 00:00 UTC.")
+TOOLS_CHARS = 100  # the tool names a tool round's charge carries, at most
+STOPPED_MIDWAY = "(Stopped while I was working with tools, before I wrote an answer.)"
+TOOL_ERROR = "error: "  # how every result the toolbox makes of a failed call begins
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,9 @@ class TurnResult:
     credits: int
     summarized: bool
     session_rotated: bool
+    stopped: bool = False  # stopped while streaming: the reply is what had arrived
+    # the turn's span's W3C context (None with tracing off): its reply's delivery links to it
+    trace: TraceContext | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,7 @@ class PendingSummary:
     messages: list[StoredMessage]
     credits: int  # the billed user's balance after the turn
     low_credits: int | None = None  # the billed user's credits.low threshold
+    daily_cap: int | None = None  # the billed user's daily cap (credits.low near it)
 
 
 @dataclass
@@ -114,6 +133,7 @@ class _AgentRun:
     exchange_tokens: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    stopped: bool = False
 
     def record(self, messages: list[dict[str, Any]], secrets: tuple[str, ...],
                count: Callable[[dict[str, Any]], int]) -> None:
@@ -147,7 +167,10 @@ class _Work:
     reading: _Reading
     bill: TurnBill
     prompt: Prompt
+    toolbox: Toolbox
+    replaces: tuple[int, ...] = ()  # the rolling ids of the exchange the turn replaces
     run: _AgentRun = field(default_factory=_AgentRun)
+    trace: TraceContext | None = None  # the turn's span's context, kept with its reply
 
 
 @dataclass(frozen=True)
@@ -157,7 +180,7 @@ class Agent:
 
     settings: Settings
     store: Store
-    provider: Provider
+    providers: ProviderChain
     counter: TokenCounter
     sessions: Sessions
     secret_box: SecretBox
@@ -171,21 +194,36 @@ class Agent:
     async def run_turn(self, turn: Turn) -> tuple[TurnResult, PendingSummary | None]:
         """Run one turn; return its result and any summarization due. ``turn.on_text``
         receives the reply as it is written (see :meth:`_run_agent`); ``turn.images`` go to
-        the model with the message, never into memory or the transcript."""
+        the model with the message, never into memory or the transcript. With
+        ``turn.replace_last`` the thread's last exchange is left out of the prompt and deleted
+        by the turn's commit (409 ``nothing_to_replace`` when rolling memory does not end with
+        one)."""
         async with self.quotas.admit(turn.user_id) as admission:  # before the balance is read
             state = await self.store.load_turn(turn.ref, turn.user_id, turn.specialist,
                                                admission.claim)
             ref = _thread_of(turn, state)
+            state, replaces = _without_last_exchange(state) if turn.replace_last \
+                else (state, ())
             user = await self.accounts.current_user(state.user)
+            if user.blocked:  # an admin blocked the account: nothing runs, nothing is charged
+                raise AccountBlocked()
             _check_specialist(turn.specialist, state)
             plan = self.settings.plans.get(user.plan)
             # 429 past the rate limit or if other turns hold the rest; 402 if spent
             await admission.check(user, plan.requests_per_minute if plan else 0, state.claimed)
             reading = await self._read(ref, state, turn.message, turn.specialist)
-            prompt = await self._prompt(reading, turn.message, turn.images)
-            work = _Work(turn, reading, TurnBill(self.settings, admission, user.credits),
-                         prompt)
-            return await self._answer(work)
+            toolbox = await self.toolbox.for_user(user.user_id, user.plan)
+            with _masking(reading.secrets):  # what the provider says is logged without them
+                with observe.span(traces.PROMPT_SPAN) as step:
+                    prompt = await self._prompt(reading, (turn.message, turn.images), toolbox)
+                    if step.recording:
+                        step.update(traces.prompt_attributes(prompt, self.counter.count))
+                # the turn's span's context goes with a reply the outbox delivers
+                delivered = turn.answers is not None or turn.job is not None
+                work = _Work(turn, reading, TurnBill(self.settings, admission, user.credits),
+                             prompt, toolbox, replaces,
+                             trace=observe.current_span().context() if delivered else None)
+                return await self._answer(work)
 
     async def _answer(self, work: _Work) -> tuple[TurnResult, PendingSummary | None]:
         """The turn after admission: agent and commit, session file, observers, and the
@@ -200,7 +238,8 @@ class Agent:
         pending = self._summary_due(work, written, new_messages, bill.balance - spent)
         result = TurnResult(reply, run.prompt_tokens, run.completion_tokens, spent,
                             summarized=pending is not None,
-                            session_rotated=work.reading.new_session)
+                            session_rotated=work.reading.new_session, stopped=run.stopped,
+                            trace=work.trace)
         return result, pending
 
     def _low_credits(self, user: User) -> int | None:
@@ -208,11 +247,22 @@ class Agent:
         plan = self.settings.plans.get(user.plan)
         return policy.low_credits_threshold(plan.credits) if plan else None
 
+    def _daily_cap(self, user: User) -> int | None:
+        """The user's daily credit cap (its own, else its plan's; None: none), near which
+        ``credits.low`` is told."""
+        plan = self.settings.plans.get(user.plan)
+        return policy.daily_cap(plan.daily_credits if plan else 0, user.daily_credits)
+
     async def _read(self, ref: ThreadRef, state: TurnState, message: str,
                     specialist: str | None) -> _Reading:
         """What the turn works from: its session begun (rotated if due), the saved logins
         opened, and what plugins see of it (a password the user typed stays hidden)."""
+        began = time.time_ns() if observe.current_span().recording else 0
         rotation, active = await self.sessions.begin_turn(ref.session_key, state)
+        if rotation is not None and began:  # its span, once it is known to have rotated
+            with observe.span(traces.ROTATE_SPAN, {"cloudybot.session.reason": rotation.reason},
+                              start_ns=began):
+                pass
         return self._reading(ref, state, message, specialist,
                              (rotation, _starts_session(rotation is not None, active, state)))
 
@@ -237,12 +287,15 @@ class Agent:
         due, active = self.sessions.peek(ref.session_key, state)
         reading = self._reading(ref, state, "", specialist,
                                 (None, _starts_session(due is not None, active, state)))
-        return await self._prompt(reading, "", ()), reading.secrets
+        toolbox = await self.toolbox.for_user(state.user.user_id, state.user.plan)
+        return await self._prompt(reading, ("", ()), toolbox), reading.secrets
 
-    async def _prompt(self, reading: _Reading, message: str,
-                      images: Sequence[Image]) -> Prompt:
-        """The turn's prompt: the plugins' sections, then assembly under MAX_CONTEXT (the
-        pictures counted too)."""
+    async def _prompt(self, reading: _Reading, said: tuple[str, Sequence[Image]],
+                      toolbox: Toolbox) -> Prompt:
+        """The turn's prompt for what was ``said`` (the message and its pictures): the
+        plugins' sections, then assembly under MAX_CONTEXT (the pictures and the tools'
+        schemas counted too)."""
+        message, images = said
         settings = self.settings
         state, context = reading.state, reading.context
         specialist = context.specialist
@@ -265,7 +318,7 @@ class Agent:
                 exchanges=self.sessions.exchanges(context.session_key, state.messages[0].id,
                                                   state)
                 if state.messages and not reading.new_session else {},
-                reserved_tokens=self.toolbox.schema_tokens,
+                reserved_tokens=toolbox.schema_tokens,
                 vault=settings.browser_vault,
             ),
             self.counter,
@@ -285,9 +338,10 @@ class Agent:
         try:
             await self._run_agent(work)
             reply = redact(work.run.text, reading.secrets).strip()
-            if not reply:
-                bill.refund_last()  # an empty answer is a failed call: not charged
+            if not reply:  # (its call was not charged: see _run_agent)
                 raise EmptyReply("the model returned an empty answer")
+            if turn.job is not None and turn.job.status == "late":
+                reply = f"({turn.job.detail}) {reply}"
             new_messages = [
                 NewMessage("user", stored_message, self.counter.count(stored_message)),
                 NewMessage("assistant", reply, self.counter.count(reply))]
@@ -298,10 +352,15 @@ class Agent:
             if rotation is not None:
                 events.insert(0, webhook_events.session_rotated(ref, rotation.reason,
                                                                 rotation.name))
+            if turn.job is not None:
+                events.append(webhook_events.job_completed(
+                    ref, turn.job.job_id, iso_utc(turn.job.due), turn.job.status, reply))
             written = await self.store.commit_turn(TurnCommit(
                 ref=ref, billed_user=turn.user_id, messages=new_messages,
                 charges=bill.charges, inbound=turn.answers, hold=bill.hold, session=session,
-                events=tuple(events), low_credits=self._low_credits(reading.state.user)))
+                events=tuple(events), low_credits=self._low_credits(reading.state.user),
+                daily_cap=self._daily_cap(reading.state.user), replaces=work.replaces,
+                job=turn.job, trace=work.trace.text if work.trace is not None else None))
         except BaseException:
             if bill.charges:
                 await self.store.record_charges(turn.user_id, ref.session_key, bill.charges,
@@ -341,7 +400,8 @@ class Agent:
                               summary=thread.summary if thread else "",
                               version=thread.summary_version if thread else 0,
                               messages=[*state.messages, *stored], credits=credits,
-                              low_credits=self._low_credits(state.user))
+                              low_credits=self._low_credits(state.user),
+                              daily_cap=self._daily_cap(state.user))
 
     # --- the agent loop ----------------------------------------------------------------------
     async def _run_agent(self, work: _Work) -> None:
@@ -355,44 +415,41 @@ class Agent:
         429 ``credits_busy`` if other turns only hold what is left) and a later (tool) round
         ends the turn with a message. When tool results no longer fit under MAX_CONTEXT, the
         oldest history units go first; only when none is left does the agent stop.
+
+        When ``turn.stop`` is set, the call streaming is cut and what it wrote is the reply,
+        billed by the gateway's own count (the provider reports no usage for a cut stream); a
+        stop before the first call wrote anything raises :class:`TurnStopped` (nothing stored
+        or charged), one in a later round ends the turn with :data:`STOPPED_MIDWAY`. A final
+        answer with no text left once redacted is a failed call: not charged (the turn fails
+        with :class:`EmptyReply`).
         """
         settings = self.settings
-        prompt, bill, run, secrets = work.prompt, work.bill, work.run, work.reading.secrets
-        on_text = work.turn.on_text
+        prompt, run, secrets = work.prompt, work.run, work.reading.secrets
         turn = work.reading.context
         context = ToolContext(turn.user_id, turn.thread_id, turn.session_key,
                               tuple(work.reading.credentials))
         live_exchange: list[dict[str, Any]] = []  # sent to the provider as the model wrote it
         live_tokens = 0  # of live_exchange, counted once as each round adds to it
+        tools = ""  # the tools whose results the next call reads (its charge names them)
         for round_number in range(settings.max_tool_rounds + 1):
             prompt_tokens = prompt.prompt_tokens + live_tokens
-            try:
-                await bill.reserve(prompt_tokens)
-            except (PaymentRequired, CreditsBusy) as refusal:
-                if round_number == 0:
-                    raise
-                run.text = OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
-                    else CREDITS_HELD_MIDWAY
+            if not await self._reserve(work, round_number, prompt_tokens):
                 return
-            completion = await self._call_provider(CompletionRequest(
-                prompt.messages + live_exchange, settings.llm_model, settings.llm_max_tokens,
-                tools=self.toolbox.schemas),
-                _growing(on_text, secrets) if on_text is not None else None)
-            used_prompt, used_completion = self._usage(completion, prompt_tokens,
-                                                       settings.llm_max_tokens)
-            run.prompt_tokens += used_prompt
-            run.completion_tokens += used_completion
-            bill.charge("chat" if round_number == 0 else "tool_round", completion.model,
-                        used_prompt, used_completion)
+            completion = await self._round(work, (round_number, prompt_tokens, tools),
+                                           live_exchange)
+            if completion is None:
+                return
             if not completion.tool_calls:
                 run.text = completion.text
                 return
             if round_number == settings.max_tool_rounds:
                 break
-            added = await self._tool_round(completion, context, secrets)
-            live_exchange += added
-            live_tokens += sum(self.counter.chat_message(m) for m in added)
-            run.record(added, secrets, self.counter.chat_message)
+            added, shown = await self._tool_round(completion, context,
+                                                  (work.toolbox, secrets))
+            tools = ",".join(sorted({call.name for call in completion.tool_calls}))[:TOOLS_CHARS]
+            live_exchange += added + shown
+            live_tokens += sum(self.counter.chat_message(m) for m in added + shown)
+            run.record(added, secrets, self.counter.chat_message)  # pictures are not kept
             while prompt.prompt_tokens + live_tokens > settings.max_context:
                 if not prompt.drop_oldest():
                     run.text = ("I had to stop: the tool results no longer fit in my context "
@@ -401,45 +458,148 @@ class Agent:
         run.text = (f"I stopped after {settings.max_tool_rounds} rounds of tool calls without "
                     "reaching an answer. Ask again, perhaps more specifically.")
 
+    async def _round(self, work: _Work, call: tuple[int, int, str],
+                     live_exchange: list[dict[str, Any]]) -> Completion | None:
+        """One round's provider call, in its span, charged (see :meth:`_run_agent`): its
+        completion, or None when a stop cut a later round. ``call``: the round's number, its
+        prompt's tokens and the tools whose results it reads (its charge names them)."""
+        round_number, prompt_tokens, tools = call
+        run, bill, secrets = work.run, work.bill, work.reading.secrets
+        kind = "chat" if round_number == 0 else "tool_round"
+        request = self._chat_request(work, live_exchange)
+        streamed = work.turn.on_text is not None
+        with observe.span(traces.call_span_name(request),
+                          lambda: traces.call_attributes(request, kind, streamed),
+                          kind="client") as step:
+            answer = await self._ask(work, round_number, request)
+            if answer is None:
+                step.fail("turn_stopped")
+                return None
+            completion = answer.completion
+            run.stopped = answer.stopped
+            usage = self._usage(answer, prompt_tokens, self.settings.llm_max_tokens)
+            run.prompt_tokens += usage.prompt_tokens
+            run.completion_tokens += usage.completion_tokens
+            billed = bool(completion.tool_calls) or bool(redact(completion.text, secrets).strip())
+            if billed:
+                bill.charge(kind, usage, tools)
+            if step.recording:
+                self._trace_call(step, (request, answer, usage), secrets)
+                step.set(traces.BILLED, billed)
+        return completion
+
+    def _chat_request(self, work: _Work,
+                      live_exchange: list[dict[str, Any]]) -> CompletionRequest:
+        """The turn's chat call: its prompt and the tool exchange so far, with the tools."""
+        settings = self.settings
+        return CompletionRequest(work.prompt.messages + live_exchange, settings.llm_model,
+                                 settings.llm_max_tokens, tools=work.toolbox.schemas)
+
+    def _trace_call(self, step: Span, call: tuple[CompletionRequest, Answer, CallUsage],
+                    secrets: tuple[str, ...]) -> None:
+        """What a recording call span says of the call: its answer, and, with
+        ``CLOUDYBOT_TRACE_CONTENT``, its messages (redacted)."""
+        request, answer, usage = call
+        redactor = redactor_for(secrets)
+        step.update(traces.answer_attributes(answer, usage, redactor))
+        if self.settings.trace_content:
+            step.update(traces.input_content(request.messages, redactor))
+            step.update(traces.output_content(answer, redactor))
+
+    @staticmethod
+    async def _reserve(work: _Work, round_number: int, prompt_tokens: int) -> bool:
+        """Reserve a call's worst case; False when a later round cannot (the turn ends with
+        its message). The first round's refusal is raised (402, or 429 ``credits_busy``)."""
+        try:
+            await work.bill.reserve(prompt_tokens)
+        except (PaymentRequired, CreditsBusy) as refusal:
+            if round_number == 0:
+                raise
+            work.run.text = DAILY_CAP_MIDWAY if isinstance(refusal, DailyCapReached) \
+                else OUT_OF_CREDITS_MIDWAY if isinstance(refusal, PaymentRequired) \
+                else CREDITS_HELD_MIDWAY
+            return False
+        return True
+
+    async def _ask(self, work: _Work, round_number: int,
+                   request: CompletionRequest) -> Answer | None:
+        """One provider call of the turn (streamed to ``turn.on_text`` if any); None when a
+        stop cut a later round (the turn ends with :data:`STOPPED_MIDWAY`)."""
+        on_text = work.turn.on_text
+        try:
+            return await self._call_provider(
+                request,
+                _growing(on_text, work.reading.secrets) if on_text is not None else None,
+                work.turn.stop)
+        except TurnStopped:
+            if round_number == 0:
+                raise
+            work.run.text, work.run.stopped = STOPPED_MIDWAY, True
+            return None
+
     async def _tool_round(self, completion: Completion, context: ToolContext,
-                          secrets: tuple[str, ...]) -> list[dict[str, Any]]:
-        """Run the tool calls of ``completion``: the model's call message and the results, as
-        chat messages for the next call (results redacted: a tool may echo a saved
-        password)."""
+                          turn_tools: tuple[Toolbox, tuple[str, ...]],
+                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Run the tool calls of ``completion`` with the turn's toolbox: the model's call
+        message and the results, as chat messages for the next call (results redacted with
+        the turn's saved passwords: a tool may echo one); and, for a vision model, the
+        pictures the results carried, in a message after them (sent, never kept)."""
         call_message: dict[str, Any] = {
             "role": "assistant", "content": completion.text or None,
             "tool_calls": [call.as_message_part() for call in completion.tool_calls]}
-        timeout = self.settings.tool_timeout_seconds
-        results = [{"role": "tool", "tool_call_id": call.id,
-                    "content": redact(await self.toolbox.run(call, context, timeout), secrets)}
-                   for call in completion.tool_calls]
-        return [call_message, *results]
+        results, pictures = [], []
+        for call in completion.tool_calls:
+            text, shown = await self._run_tool(call, context, turn_tools)
+            results.append({"role": "tool", "tool_call_id": call.id, "content": text})
+            pictures += [(call, picture) for picture in shown]
+        return [call_message, *results], [pictures_message(pictures)] if pictures else []
 
-    async def _call_provider(self, request: CompletionRequest,
-                             on_text: TextSink | None = None) -> Completion:
-        """One provider call, streamed into ``on_text`` when given. Whatever a provider
+    async def _run_tool(self, call: ToolCall, context: ToolContext,
+                        turn_tools: tuple[Toolbox, tuple[str, ...]],
+                        ) -> tuple[str, tuple[Image, ...]]:
+        """One tool call, in its span: its result's text, redacted (saying what became of its
+        pictures), and the pictures the model is shown. A result the toolbox made of a failure
+        (``error: ...``) fails the span."""
+        toolbox, secrets = turn_tools
+        if not observe.current_span().recording:
+            text, shown = await self._tool_output(call, context, toolbox)
+            return redact(text, secrets), shown
+        redactor = redactor_for(secrets)
+        with observe.span(traces.tool_span_name(call, redactor),
+                          traces.tool_attributes(call, redactor)) as step:
+            text, shown = await self._tool_output(call, context, toolbox)
+            result = redactor.text(text)
+            if result.startswith(TOOL_ERROR):
+                step.fail("tool_error")
+            if self.settings.trace_content:
+                step.update(traces.tool_content(call, result, redactor))
+        return result, shown
+
+    async def _tool_output(self, call: ToolCall, context: ToolContext,
+                           toolbox: Toolbox) -> tuple[str, tuple[Image, ...]]:
+        """The call's result text with the note on its pictures, and those shown."""
+        output = await toolbox.run(call, context, self.settings.tool_timeout_seconds)
+        shown = tool_pictures(output.pictures, self.settings)
+        return (output.text + pictures_note(len(output.pictures), len(shown),
+                                            self.settings.llm_vision), shown)
+
+    async def _call_provider(self, request: CompletionRequest, on_text: TextSink | None = None,
+                             stop: asyncio.Event | None = None) -> Answer:
+        """One call, streamed into ``on_text`` when given (and cut short once ``stop`` is
+        set), down the provider chain (:mod:`gateway.turn.fallback`). Whatever a provider
         plugin returns is checked: anything but text and well-formed tool calls is a 502 now,
         not a crash later in the turn."""
-        provider = self.provider.name
-        started = time.perf_counter()
-        try:
-            completion = await (self.provider.complete(request) if on_text is None
-                                else self.provider.stream(request, on_text))
-        except GatewayError as exc:
-            self.metrics.provider_errors.labels(provider, str(exc.status)).inc()
-            raise
-        finally:
-            self.metrics.provider_seconds.labels(provider).observe(time.perf_counter() - started)
+        answer = await self.providers.call(request, on_text, stop)
+        completion = answer.completion
         if not isinstance(completion, Completion) or not isinstance(completion.text, str) \
                 or not isinstance(completion.tool_calls, tuple) \
                 or not all(_well_formed(call) for call in completion.tool_calls):
-            raise ProviderError(f"provider {self.provider.name!r} returned no completion")
-        return completion
+            raise ProviderError(f"provider {answer.provider!r} returned no completion")
+        return answer
 
-    def _usage(self, completion: Completion, counted_prompt: int,
-               max_tokens: int) -> tuple[int, int]:
-        """Prompt and completion tokens to bill for one call: the reported usage within its
-        bounds, else our own count.
+    def _usage(self, answer: Answer, counted_prompt: int, max_tokens: int) -> CallUsage:
+        """The call as billed: the configured model that answered, and the prompt and
+        completion tokens: the reported usage within its bounds, else our own count.
 
         A reported count is believed only as a non-negative integer within its
         :class:`UsageBounds` (of ``counted_prompt``, our tiktoken count of what was sent, and
@@ -447,18 +607,24 @@ class Agent:
         is billed: ``counted_prompt``, or the answer counted with tiktoken but never above the
         bound, so that a call never costs more than the reservation made for it.
         """
+        completion = answer.completion
         bounds = UsageBounds.of(counted_prompt, max_tokens)
-        prompt = self._believed("prompt", completion.prompt_tokens, bounds.prompt)
-        done = self._believed("completion", completion.completion_tokens, bounds.completion)
+        prompt = self._believed(answer, "prompt", completion.prompt_tokens, bounds.prompt)
+        done = self._believed(answer, "completion", completion.completion_tokens,
+                              bounds.completion)
         if prompt is None:
             prompt = counted_prompt
         if done is None:
             count = self.counter.count
             done = min(bounds.completion, count(completion.text) + sum(
                 count(call.name) + count(call.arguments) for call in completion.tool_calls))
-        return prompt, done
+        if completion.model != answer.model:  # billed as configured; its word only logged
+            log.debug("provider %r answered as model %s", answer.provider,
+                      shown(completion.model))
+        return CallUsage(answer.model, completion.model, prompt, done)
 
-    def _believed(self, name: str, reported: object, limit: int) -> int | None:
+    def _believed(self, answer: Answer, name: str, reported: object,
+                  limit: int) -> int | None:
         """A reported token count if it is an integer in ``0..limit``; else None, with a
         warning."""
         if reported is None:
@@ -466,7 +632,7 @@ class Agent:
         if type(reported) is int and 0 <= reported <= limit:
             return reported
         log.warning("provider %r reported %s tokens = %s, not a count within 0..%d; billing "
-                    "the gateway's own count", self.provider.name, name, shown(reported), limit)
+                    "the gateway's own count", answer.provider, name, shown(reported), limit)
         return None
 
     # --- summarization -------------------------------------------------------------------------
@@ -475,12 +641,21 @@ class Agent:
         applied.
 
         Like a turn's calls, the summarization call reserves its worst case first, so that
-        turns of the same user in flight on other threads count it.
+        turns of the same user in flight on other threads count it. It has a span of its own
+        (the turn's child: the turn spawned it), its provider call's span inside.
         """
-        settings = self.settings
         folded = self._to_fold(pending)
         if not folded:
             return False
+        with observe.span(traces.SUMMARIZE_SPAN, lambda: traces.summary_attributes(
+                pending.ref.session_key, len(folded))) as step:
+            applied = await self._fold(pending, folded)
+            step.set(traces.SUMMARY_APPLIED, applied)
+        return applied
+
+    async def _fold(self, pending: PendingSummary, folded: list[StoredMessage]) -> bool:
+        """The summarization of ``folded`` (see :meth:`summarize`)."""
+        settings = self.settings
         request = summary_request(pending.summary, folded, settings.llm_model)
         counted = self.counter.messages(request.messages)
         async with self.quotas.admit(pending.billed_user) as admission:
@@ -491,14 +666,11 @@ class Agent:
                          "turns in flight", pending.ref.session_key)
                 self.metrics.summarizations.labels("postponed").inc()
                 return False
-            answered = await self._summary_from_provider(pending, request)
+            answered = await self._summary_from_provider(pending, request, counted)
             if answered is None:
                 return False
-            summary, completion = answered
-            prompt_tokens, completion_tokens = self._usage(completion, counted,
-                                                           request.max_tokens)
-            charge = charge_for(settings, "summarize", completion.model, prompt_tokens,
-                                completion_tokens)
+            summary, usage = answered
+            charge = charge_for(settings, "summarize", usage)
             applied = await self.store.commit_summary(SummaryCommit(
                 session_key=pending.ref.session_key,
                 billed_user=pending.billed_user,
@@ -510,6 +682,7 @@ class Agent:
                 hold=admission.hold,
                 events=(webhook_events.thread_summarized(pending.ref, summary, len(folded)),),
                 low_credits=pending.low_credits,
+                daily_cap=pending.daily_cap,
             ))
             admission.settle(charge.credits if applied else 0)  # a discarded one is free
         self.metrics.summarizations.labels("applied" if applied else "discarded").inc()
@@ -535,21 +708,30 @@ class Agent:
         return messages[:cut]
 
     async def _summary_from_provider(self, pending: PendingSummary, request: CompletionRequest,
-                                     ) -> tuple[str, Completion] | None:
-        """The new summary (redacted, checked usable) and the call that wrote it; None,
-        logged, when the call failed or wrote nothing usable (a later turn tries again)."""
-        try:
-            completion = await self._call_provider(request)
-        except ProviderError as exc:
-            log.warning("summarization of %s failed (%s); will retry on a later turn",
-                        pending.ref.session_key, exc.message)
-            return None
-        summary = accept_summary(redact(completion.text, pending.secrets))
+                                     counted: int) -> tuple[str, CallUsage] | None:
+        """The new summary (redacted, checked usable) and the call that wrote it, as billed
+        (``counted``: its prompt's tokens); None, logged, when the call failed or wrote
+        nothing usable (a later turn tries again)."""
+        with observe.span(traces.call_span_name(request),
+                          lambda: traces.call_attributes(request, "summarize", False),
+                          kind="client") as step:
+            try:
+                with _masking(pending.secrets):
+                    answer = await self._call_provider(request)
+            except ProviderError as exc:
+                log.warning("summarization of %s failed (%s); will retry on a later turn",
+                            pending.ref.session_key, exc.message)
+                step.fail(exc.code)
+                return None
+            usage = self._usage(answer, counted, request.max_tokens)
+            if step.recording:
+                self._trace_call(step, (request, answer, usage), pending.secrets)
+        summary = accept_summary(redact(answer.completion.text, pending.secrets))
         if summary is None:
             log.warning("summarization of %s returned nothing usable; will retry on a later "
                         "turn", pending.ref.session_key)
             return None
-        return summary, completion
+        return summary, usage
 
 
 def _thread_of(turn: Turn, state: TurnState) -> ThreadRef:
@@ -559,9 +741,21 @@ def _thread_of(turn: Turn, state: TurnState) -> ThreadRef:
     thread = state.thread
     if thread is None:
         return turn.ref
-    if thread.ref.user_id != turn.ref.user_id and not turn.from_channel:
+    if thread.ref.user_id != turn.ref.user_id and not turn.from_channel and turn.job is None:
         raise NotFound(f"no thread {turn.ref.thread_id!r}", code="thread_not_found")
     return thread.ref
+
+
+def _without_last_exchange(state: TurnState) -> tuple[TurnState, tuple[int, ...]]:
+    """The thread as a turn that replaces its last exchange reads it (without that exchange),
+    and the rolling ids of the exchange; 409 when rolling memory does not end with one (a new
+    or cleared thread)."""
+    messages = state.messages
+    if len(messages) < 2 or (messages[-2].role, messages[-1].role) != ("user", "assistant"):
+        raise Conflict("this thread has no last exchange in its memory to replace",
+                       code="nothing_to_replace")
+    return (dataclasses.replace(state, messages=messages[:-2]),
+            (messages[-2].id, messages[-1].id))
 
 
 def _check_specialist(specialist: str | None, state: TurnState) -> None:
@@ -583,6 +777,13 @@ def _well_formed(call: object) -> bool:
         isinstance(part, str) for part in (call.id, call.name, call.arguments, call.malformed))
 
 
+def _masking(secrets: tuple[str, ...]) -> contextlib.AbstractContextManager[None]:
+    """Mask the user's saved passwords (in every encoding) in the lines logged inside."""
+    if not secrets:
+        return contextlib.nullcontext()
+    return masking_in_logs(redactor_for(secrets).text)
+
+
 def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
     """A sink for one call's pieces that hands ``on_text`` the whole text so far, redacted.
 
@@ -591,7 +792,7 @@ def _growing(on_text: TextSink, secrets: tuple[str, ...]) -> TextSink:
     so it could not be redacted. The stored reply, redacted whole, replaces the preview.
     """
     written = ""
-    held = max((len(secret) for secret in secrets), default=0) * ESCAPED_CHAR_WIDTH
+    held = max((longest_spelling(secret) for secret in secrets), default=0)
 
     async def add(piece: str) -> None:
         nonlocal written
@@ -612,6 +813,8 @@ def _session_events(work: _Work, reply: str, message_ids: list[int]) -> list[dic
     if rotation is not None:
         events.append({"type": "rotation", "reason": rotation.reason,
                        "previous": rotation.name})
+    if work.replaces:  # regenerate or edit: the exchange these ids named is gone
+        events.append({"type": "replaced", "messageIds": list(work.replaces)})
     events.append({"type": "user", "content": work.reading.context.message,
                    "messageId": user_id})
     round_number = 0
@@ -627,6 +830,8 @@ def _session_events(work: _Work, reply: str, message_ids: list[int]) -> list[dic
             events.append({"type": "tool_result", "replyId": reply_id, "round": round_number,
                            "toolCallId": message["tool_call_id"], "content": message["content"]})
     reply_event: dict[str, Any] = {"type": "assistant", "content": reply, "messageId": reply_id}
+    if run.stopped:
+        reply_event["stopped"] = True
     if run.exchange:
         reply_event["toolTokens"] = run.exchange_tokens  # so a replay never counts them again
     events.append(reply_event)

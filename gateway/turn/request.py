@@ -7,10 +7,13 @@ this one object instead of passing its parts along.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
-from gateway.interfaces import Image, TextSink
-from gateway.store import ChannelMessage, ThreadRef
+from gateway.base.pictures import Image
+from gateway.interfaces import TextSink
+from gateway.observe import TraceContext
+from gateway.store import ChannelMessage, JobOutcome, ThreadRef
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,16 @@ class Turn:
         commit, and set only for channel turns.
     :param on_text: awaited with the reply written so far while the provider streams it
         (redacted, growing; it starts again after a round of tool calls).
-    :param trace: the W3C ``traceparent`` of the request that started the turn, if any.
+    :param trace: the W3C Trace Context the turn continues, if any: a request's
+        ``traceparent`` (its span becomes the parent of the turn's), or the context of the
+        channel message it answers (linked, when the message was taken up after a restart).
+    :param stop: once set, the streamed call is cut and what it wrote is the reply (the
+        dashboard's Stop: ``POST /api/threads/{id}/stop``); only with ``on_text``.
+    :param replace_last: the turn replaces the thread's last exchange (regenerate, edit):
+        that exchange leaves memory and the transcript in the turn's commit.
+    :param job: the scheduled run this turn is (its job's owner is billed): the run's claim
+        ends in the turn's commit, which writes nothing if the claim was lost; a late run's
+        reply starts with its note.
     """
 
     user_id: str
@@ -37,7 +49,10 @@ class Turn:
     images: tuple[Image, ...] = ()
     answers: ChannelMessage | None = None
     on_text: TextSink | None = field(default=None, compare=False, repr=False)
-    trace: str | None = None
+    trace: TraceContext | None = None
+    stop: asyncio.Event | None = field(default=None, compare=False, repr=False)
+    replace_last: bool = False
+    job: JobOutcome | None = None
 
     @property
     def session_key(self) -> str:

@@ -3,5 +3,5 @@ webhook outbox (``dispatcher``). The events themselves and the body each deliver
 the store's (:mod:`gateway.store.events`): it writes them in the commit of what they report.
 
 May import: ``gateway.base``, ``gateway.config``, ``gateway.store``, ``gateway.net``,
-``gateway.accounts``.
+``gateway.accounts``, ``gateway.observe``.
 """

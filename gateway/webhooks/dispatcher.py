@@ -21,6 +21,9 @@ dispatcher once it is committed (``Store.webhooks_queued``); a restart finds wha
 Outcomes are recorded in batches (one transaction for all that ended meanwhile): delivery is
 at least once (a crash between an endpoint's 2xx and its record sends that event again, with
 the same ``webhook-id``, which is what receivers de-duplicate on).
+
+Each attempt has a span (``POST webhook``), the child of the span whose commit queued the event
+(a turn's) when this process queued it, and carries its W3C ``traceparent`` to the endpoint.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from gateway.accounts.secrets import SecretBox
 from gateway.base.logs import mask_secrets
@@ -41,6 +45,7 @@ from gateway.base.metrics import Metrics
 from gateway.config.settings import Settings
 from gateway.net import destinations
 from gateway.net.http_client import Connecting, HTTPClient, HTTPClientError, Limits
+from gateway.observe import Span, TraceContext, Tracer, current_span
 from gateway.store import DueDelivery, Store, Webhook, WebhookAttempt, WebhookDelivery
 from gateway.webhooks import signing as webhook_signing
 
@@ -65,6 +70,7 @@ class WebhooksHost(Protocol):
     stopping: asyncio.Event
     clock: Callable[[], float]
     metrics: Metrics
+    tracer: Tracer
 
     @property
     def secret_box(self) -> SecretBox:
@@ -75,6 +81,27 @@ class WebhooksHost(Protocol):
 
     async def pause(self, seconds: float) -> None:
         """Sleep, or less if the gateway begins to stop."""
+
+
+def attempt_attributes(webhook: Webhook, delivery: WebhookDelivery) -> dict[str, str | int]:
+    """An attempt's span: the endpoint's host (never its path or query: they may hold a
+    token), the endpoint, the event and which attempt."""
+    url = urlsplit(webhook.url)
+    return {"http.request.method": "POST", "server.address": url.hostname or "",
+            "server.port": url.port or (443 if url.scheme == "https" else 80),
+            "cloudybot.webhook.id": webhook.id, "cloudybot.webhook.event": delivery.event,
+            "cloudybot.delivery.attempt": delivery.attempts + 1}
+
+
+def _traced_outcome(span: Span, status: int | None, error: str | None) -> None:
+    """What the endpoint answered, on the attempt's span; anything but a 2xx fails it."""
+    if status is not None:
+        span.set("http.response.status_code", status)
+        if not 200 <= status < 300:
+            span.fail(str(status))
+    elif error is not None:
+        span.fail("refused" if error.startswith("refused") else
+                  "timeout" if error.startswith("no answer") else "connection")
 
 
 def seal_context(user_id: str) -> str:
@@ -112,12 +139,18 @@ class WebhookDispatcher:
         self._task: asyncio.Task[None] | None = None
         self._outcomes: list[WebhookAttempt] = []
         self._recording: asyncio.Task[None] | None = None
+        # The trace context of the work that queued each delivery held here (a turn's).
+        self._traces: dict[int, TraceContext] = {}
 
     # --- what the store and the gateway call ----------------------------------------------
     def queued(self, deliveries: list[WebhookDelivery]) -> None:
-        """Deliveries a commit just queued: due now."""
+        """Deliveries a commit just queued: due now (their attempts' spans continue the
+        trace of the span the commit was made in)."""
+        trace = current_span().context()
         for delivery in deliveries:
             if delivery.id not in self._known:
+                if trace is not None:
+                    self._traces[delivery.id] = trace
                 self._fresh[delivery.id] = delivery
                 self._schedule(DueDelivery(delivery.next_attempt, delivery.id,
                                            delivery.webhook_id))
@@ -256,6 +289,7 @@ class WebhookDispatcher:
     def _forget(self, delivery_id: int) -> None:
         self._known.discard(delivery_id)
         self._fresh.pop(delivery_id, None)
+        self._traces.pop(delivery_id, None)
 
     async def _endpoint(self, webhook_id: str) -> _Endpoint | None:
         """The endpoint, read again once its cached copy is ENDPOINT_CACHE_SECONDS old (another
@@ -311,7 +345,13 @@ class WebhookDispatcher:
         if delivery is None or delivery.state != PENDING:
             self._forget(due.id)
             return
-        status, error = await self._post(endpoint, delivery)
+        tracer = self.gateway.tracer
+        with tracer.root("POST webhook", attempt_attributes(endpoint.webhook, delivery)
+                         if tracer.on else None, kind="client",
+                         origin=self._traces.get(delivery.id)) as span:
+            status, error = await self._post(endpoint, delivery, span)
+            if span.recording:
+                _traced_outcome(span, status, error)
         attempts = delivery.attempts + 1
         now = gw.clock()
         if status is not None and 200 <= status < 300:
@@ -367,14 +407,18 @@ class WebhookDispatcher:
             # once); those to retry are retried from memory meanwhile.
             log.exception("webhooks: cannot record %d delivery outcome(s)", len(batch))
 
-    async def _post(self, endpoint: _Endpoint,
-                    delivery: WebhookDelivery) -> tuple[int | None, str | None]:
-        """One signed POST: (the status, or None) and what went wrong, if anything."""
+    async def _post(self, endpoint: _Endpoint, delivery: WebhookDelivery,
+                    span: Span) -> tuple[int | None, str | None]:
+        """One signed POST (carrying ``span``'s trace context): (the status, or None) and
+        what went wrong, if anything."""
         body = delivery.body.encode()
         # The wall clock, not the gateway's: a receiver compares it with its own to refuse
         # replays (standardwebhooks allows five minutes either way).
         headers = webhook_signing.headers(endpoint.key, delivery.message_id,
                                           int(time.time()), body)
+        trace = span.context()
+        if trace is not None:
+            headers.update(trace.headers)
         try:
             async with asyncio.timeout(self.gateway.settings.webhooks_timeout_seconds):
                 async with endpoint.client.post("", body, headers) as response:

@@ -8,12 +8,13 @@ echoing one (its text, its title, a URL after a GET form) never shows it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gateway import BadRequest, Credential, DestinationRefused, web_url
+from gateway import BadRequest, Credential, DestinationRefused, Image, ToolOutput, web_url
 from gateway import valid_site as saved_site
 
 from .pool import BrowserSession
@@ -116,7 +117,7 @@ async def _locate(page: Page, target: str) -> Locator:
     for candidate in candidates:
         if await candidate.count():
             return candidate.first
-    raise ActionError(f"nothing on the page matches {target!r} (a CSS selector, or a button, "
+    raise ActionError(f'nothing on the page matches "{target}" (a CSS selector, or a button, '
                       "link, label or visible text)")
 
 
@@ -224,11 +225,16 @@ async def submit(session: BrowserSession, timeout: float) -> dict[str, Any]:
     return {"submitted": True, "navigated": True, **await _where(page)}
 
 
-async def screenshot(session: BrowserSession) -> dict[str, Any]:
-    """A PNG of the visible page, kept as the session's latest screenshot; the model gets
-    what it shows (where, how large), not the picture."""
+async def screenshot(session: BrowserSession) -> ToolOutput | dict[str, Any]:
+    """A PNG of the visible page, kept as the session's latest screenshot: the model reads
+    what it shows (where, how large) and, a vision model, sees the picture; but not once a
+    saved login was filled in on the session's pages, since no redaction reaches pixels."""
     page = session.page
     session.screenshot = await page.screenshot(type="png")
     size = page.viewport_size or {"width": 0, "height": 0}
-    return {"screenshot": "taken", **await _where(page), "width": size["width"],
-            "height": size["height"], "bytes": len(session.screenshot)}
+    shown = {"screenshot": "taken", **await _where(page), "width": size["width"],
+             "height": size["height"], "bytes": len(session.screenshot)}
+    if session.filled:
+        return {**shown, "picture": "not shown: a saved login was filled in on this page"}
+    return ToolOutput(json.dumps(shown),
+                      (Image("image/png", session.screenshot, "screenshot.png"),))

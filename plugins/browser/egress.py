@@ -2,8 +2,9 @@
 
 Chromium is launched with this proxy for all its traffic, loopback included (Playwright adds
 Chromium's ``<-loopback>`` rule). For each connection the proxy resolves the host itself,
-refuses loopback, private, link-local, shared and metadata addresses unless they are allowed
-(:func:`gateway.destinations.addresses`), and connects to exactly the address it checked, so a
+refuses every special-purpose address (loopback, private, link-local, shared, metadata, the
+IANA registries' other ranges, and their NAT64, 6to4 and mapped forms) unless they are allowed
+(:func:`gateway.net.destinations.addresses`), and connects to exactly the address it checked, so a
 DNS answer that changes between a check and a connection (rebinding) changes nothing. HTTPS and
 WebSockets arrive as ``CONNECT`` tunnels; a plain ``http://`` request is forwarded alone on its
 connection (``Connection: close``), so that one proxy connection never carries a second host.

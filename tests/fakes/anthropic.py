@@ -1,6 +1,8 @@
 """A fake Anthropic Messages API on 127.0.0.1: checks the key and version headers, records
-each request, answers scripted messages (as JSON, or as Anthropic's event stream when the
-request says ``stream: true``); with nothing scripted it echoes the last user text."""
+each request, refuses (400 ``invalid_request_error``) one that breaks the API's rules on
+messages (:func:`gateway.testing.chat_rules.anthropic_violation`), answers scripted messages
+(as JSON, or as Anthropic's event stream when the request says ``stream: true``); with
+nothing scripted it echoes the last user text."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.testing.chat_rules import anthropic_violation
 from gateway.testing.loopback import LoopbackServer
 
 KEY = "sk-ant-test-key"
@@ -49,6 +52,7 @@ class FakeAnthropic:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.script: list[Scripted] = []
+        self.refusals: list[str] = []  # why requests were refused (400), in order
         self._server = LoopbackServer()
         self.url = ""
 
@@ -71,6 +75,11 @@ class FakeAnthropic:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        problem = anthropic_violation(body)
+        if problem is not None:  # as the real API refuses a request its rules do not allow
+            self.refusals.append(problem)
+            return web.json_response({"type": "error", "error": {
+                "type": "invalid_request_error", "message": problem}}, status=400)
         scripted = self.script.pop(0) if self.script else Scripted(message(
             text("echo: " + _last_user_text(body["messages"]))))
         if scripted.status != 200 or not body.get("stream"):

@@ -8,8 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from gateway import Channel, PluginHost, hookimpl
-from gateway.interfaces import Attachment, Image, InboundMessage
+from gateway import Attachment, Channel, Image, InboundMessage, PluginHost, hookimpl
 
 
 class LoopChannel(Channel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import standardwebhooks
@@ -17,12 +17,13 @@ from gateway.testing.loopback import LoopbackServer
 @dataclass(frozen=True)
 class Received:
     """One request the receiver got: its webhook-id, whether the signature verified, and the
-    event (None if it did not verify)."""
+    event (None if it did not verify); its headers."""
 
     webhook_id: str
     verified: bool
     event: dict[str, Any] | None
     path: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class WebhookReceiver:
@@ -65,7 +66,8 @@ class WebhookReceiver:
             event, verified = None, False
         if verified:
             assert event == json.loads(body)
-        got = Received(request.headers.get("webhook-id", ""), verified, event, request.path)
+        got = Received(request.headers.get("webhook-id", ""), verified, event, request.path,
+                       dict(request.headers))
         self.received.append(got)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)

@@ -46,3 +46,15 @@ export const formatNumber = (value) => Number(value).toLocaleString();
 export function say(id, message) {
   $(id).textContent = message || "";
 }
+
+/** Put `text` on the clipboard (a promise); a page served over plain http from another host
+ * has no navigator.clipboard, so there it copies through a hidden text area. */
+export async function copyText(text) {
+  if (navigator.clipboard?.writeText) return navigator.clipboard.writeText(text);
+  const area = el("textarea", { value: text, readOnly: true, className: "visually-hidden" });
+  document.body.append(area);
+  area.select();
+  const copied = document.execCommand("copy");
+  area.remove();
+  if (!copied) throw new Error("The browser refused to copy.");
+}

@@ -1,12 +1,20 @@
 // The dashboard's start: sign-in, the theme, the panel tabs, and what refreshes after a turn.
 
+import { adminInAddress, followAddress, forgetAddress, threadInAddress } from "./address.js";
+import { allowAdmin, setUpAdmin } from "./admin.js";
 import { ApiError, api, setCsrf } from "./api.js";
 import { $, say } from "./dom.js";
 import {
   setUpCredentials, setUpMemory, setUpSpecialists, showContext, showCredentials, showCredits,
   showMemory, showSession, showSpecialists,
 } from "./panels.js";
-import { currentThread, loadThreads, openThread, setUpThreads } from "./threads.js";
+import { setUpSearch } from "./search.js";
+import { setUpTabs } from "./tabs.js";
+import {
+  allowPictures, currentThread, loadThreads, newThread, openThread, retitled, setUpThreads,
+  showDrawer,
+} from "./threads.js";
+import { setUpTitles } from "./titles.js";
 
 const THEME_KEY = "cloudybot-theme";
 
@@ -22,26 +30,6 @@ function toggleTheme() {
   const theme = dark ? "light" : "dark";
   localStorage.setItem(THEME_KEY, theme);
   applyTheme(theme);
-}
-
-function setUpTabs() {
-  const tabs = [...document.querySelectorAll('[role="tab"]')];
-  const select = (tab) => {
-    for (const other of tabs) {
-      const chosen = other === tab;
-      other.setAttribute("aria-selected", String(chosen));
-      other.tabIndex = chosen ? 0 : -1;
-      $(other.getAttribute("aria-controls")).hidden = !chosen;
-    }
-    tab.focus();
-  };
-  tabs.forEach((tab, index) => {
-    tab.addEventListener("click", () => select(tab));
-    tab.addEventListener("keydown", (event) => {
-      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
-      if (step) select(tabs[(index + step + tabs.length) % tabs.length]);
-    });
-  });
 }
 
 /** Refresh what a thread's turn, or opening it, may have changed. */
@@ -61,22 +49,58 @@ function memoryChanged() {
 }
 
 async function signedIn(session) {
+  const wantsAdmin = adminInAddress(); // opening a thread names it in the address instead
   setCsrf(session.csrf);
   $("who").textContent = session.userId;
-  $("signin-view").hidden = true;
-  $("app-view").hidden = false;
+  allowPictures(Boolean(session.vision));
   await Promise.all([showSpecialists(), showCredentials()]);
   const threads = await loadThreads();
-  if (threads.length) await openThread(threads[0].threadId);
-  else $("new-thread").click();
+  // the thread the address names (a reload, a kept link), else the latest; either takes the
+  // place of the address the page was opened at (a sign-in link's is gone already)
+  const named = threadInAddress();
+  if (named) await openThread(named, { address: "replace" });
+  else if (threads.length) await openThread(threads[0].threadId, { address: "replace" });
+  else await newThread("replace");
+  // shown once a thread is open: a message typed and sent at once has a thread to go to
+  $("signin-view").hidden = true;
+  $("app-view").hidden = false;
+  $("composer").focus();
+  allowAdmin(Boolean(session.admin), wantsAdmin);
 }
 
 function showSignIn(message = "") {
   setCsrf(null);
+  allowAdmin(false);
   $("app-view").hidden = true;
   $("signin-view").hidden = false;
+  $("link-form").hidden = true;
+  $("signin-form").hidden = false;
   say("signin-error", message);
   $("token-input").focus();
+}
+
+/**
+ * A login link opened the page (/auth/login?code= sends it here as #login=CODE). Opening it
+ * signs no one in, since any site can send a browser to a link: the person confirms, and the
+ * code goes to POST /auth/login as JSON, which only this page can send.
+ */
+function offerLinkSignIn(code) {
+  showSignIn();
+  $("signin-form").hidden = true;
+  $("link-form").hidden = false;
+  $("link-form").onsubmit = async (event) => {
+    event.preventDefault();
+    try {
+      const session = await api("POST", "/auth/login", { code });
+      $("link-form").hidden = true;
+      await signedIn(session);
+    } catch (error) {
+      showSignIn(error.status === 401
+        ? "That sign-in link was used already or has expired; ask for a new one."
+        : error.message);
+    }
+  };
+  $("link-sign-in").focus();
 }
 
 async function signIn(event) {
@@ -95,6 +119,8 @@ async function signOut() {
   try {
     await api("DELETE", "/api/session");
   } finally {
+    forgetAddress();
+    document.title = "CloudyBot";
     showSignIn("You are signed out.");
   }
 }
@@ -105,21 +131,32 @@ async function start() {
   $("signin-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", signOut);
   $("menu-toggle").addEventListener("click", () => {
-    const open = document.body.classList.toggle("threads-open");
-    $("menu-toggle").setAttribute("aria-expanded", String(open));
+    showDrawer(!document.body.classList.contains("threads-open"));
   });
-  setUpTabs();
+  setUpTabs(document.querySelector(".side .tabs"));
   setUpThreads(refresh);
+  setUpAdmin(currentThread);
+  setUpTitles(retitled);
+  setUpSearch();
+  followAddress((threadId) => {
+    if (!$("app-view").hidden && threadId !== currentThread()) {
+      openThread(threadId, { address: "keep" });
+    }
+  });
   setUpMemory(currentThread, memoryChanged);
   setUpSpecialists(() => showContext(currentThread()));
   setUpCredentials();
-  const expired = location.hash === "#link-expired";
-  if (expired) history.replaceState(null, "", "/");
+  // A login link's code, kept out of the address bar (and of history) once read.
+  const code = location.hash.startsWith("#login=")
+    ? decodeURIComponent(location.hash.slice("#login=".length)) : "";
+  if (code) history.replaceState(null, "", "/");
   try {
+    // Already signed in: a link opened now changes nothing (sign out first to use it).
     await signedIn(await api("GET", "/api/session"));
   } catch (error) {
     if (!(error instanceof ApiError) || error.status !== 401) throw error;
-    showSignIn(expired ? "That sign-in link was used already or has expired; ask for a new one." : "");
+    if (code) offerLinkSignIn(code);
+    else showSignIn();
   }
 }
 

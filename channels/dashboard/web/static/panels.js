@@ -2,6 +2,7 @@
 // session's files and saved browser logins. Each reads and writes the documented API only.
 
 import { api, query } from "./api.js";
+import { chartLegend, stackedBars } from "./chart.js";
 import { $, clear, el, formatBytes, formatNumber, formatTime, say } from "./dom.js";
 
 const LAYER_NAMES = {
@@ -175,49 +176,18 @@ export async function showCredits() {
   drawChart(daily.days);
 }
 
-const SVG = "http://www.w3.org/2000/svg";
-
-function svg(tag, attributes = {}, text = null) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
-  if (text !== null) node.textContent = text;
-  return node;
-}
-
 function drawChart(days) {
-  const box = clear($("usage-chart"));
   const kinds = [...new Set(days.flatMap((day) => Object.keys(day.kinds)))].sort();
-  const most = Math.max(1, ...days.map((day) => day.credits));
-  const width = 300;
-  const height = 120;
-  const step = width / days.length;
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + 16}`, role: "img",
-                             "aria-label": "Credits spent per day" });
-  chart.append(svg("line", { x1: 0, y1: height, x2: width, y2: height, class: "axis" }));
-  days.forEach((day, index) => {
-    let top = height;
-    for (const kind of kinds) {
-      const spent = day.kinds[kind]?.credits ?? 0;
-      if (!spent) continue;
-      const tall = (spent / most) * (height - 8);
-      top -= tall;
-      const bar = svg("rect", { x: index * step + 1, y: top, width: Math.max(1, step - 2),
-                                height: tall, class: `kind-${kind}` });
-      bar.append(svg("title", {}, `${day.date}: ${spent} credits (${KIND_NAMES[kind] ?? kind})`));
-      chart.append(bar);
-    }
-  });
-  chart.append(svg("text", { x: 0, y: height + 13, class: "tick" }, days[0]?.date.slice(5) ?? ""),
-               svg("text", { x: width, y: height + 13, class: "tick end" },
-                   days.at(-1)?.date.slice(5) ?? ""),
-               svg("text", { x: 0, y: 9, class: "tick" }, `${formatNumber(most)}`));
-  const legend = el("ul", { className: "legend inline" });
-  for (const kind of kinds) {
-    legend.append(el("li", {}, el("span", { className: `swatch kind-${kind}` }),
-                     KIND_NAMES[kind] ?? kind));
-  }
+  const groups = kinds.map((kind) => ({ key: kind, label: KIND_NAMES[kind] ?? kind,
+                                        className: `kind-${kind}` }));
+  const byDate = new Map(days.map((day) => [day.date, day]));
+  const chart = stackedBars({
+    buckets: days.map((day) => ({ key: day.date, label: day.date.slice(5) })), groups,
+    value: (bucket, group) => byDate.get(bucket.key).kinds[group.key]?.credits ?? 0,
+    describe: (bucket, group, spent) => `${bucket.key}: ${spent} credits (${group.label})`,
+    label: "Credits spent per day" });
   const total = days.reduce((sum, day) => sum + day.credits, 0);
-  box.append(chart, kinds.length ? legend
+  clear($("usage-chart")).append(chart, kinds.length ? chartLegend(groups)
     : el("p", { className: "muted small" }, "Nothing spent in the last 30 days."),
     el("p", { className: "small" },
        `${formatNumber(total)} credit${total === 1 ? "" : "s"} in 30 days`));
