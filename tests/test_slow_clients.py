@@ -6,9 +6,12 @@ serve`` processes, raw sockets."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
+import os
 import resource
 import statistics
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -112,6 +115,30 @@ async def test_a_connection_over_the_address_cap_is_refused_and_the_others_keep_
         writer.close()
 
 
+async def test_a_server_out_of_descriptors_pauses_accepting_counts_it_and_logs_one_line(
+        tmp_path: Path, servers: list[ServeProcess]) -> None:
+    server = await serve(tmp_path, servers, CLOUDYBOT_HEADER_TIMEOUT_SECONDS="60")
+    assert server.process is not None
+    in_use = len(os.listdir(f"/proc/{server.process.pid}/fd"))
+    resource.prlimit(server.process.pid, resource.RLIMIT_NOFILE, (in_use + 8, in_use + 8))
+    # Idle connections, more than the server has descriptors for: the first 8 are accepted,
+    # the accept of the ninth fails and the server stops accepting for a second.
+    idle = [await connect(server, ATTACKER) for _ in range(40)]
+    await until(lambda: "out of file descriptors" in server.log.read_text(), 10)
+    for _, writer in idle:  # descriptors freed, the server accepts again
+        writer.close()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
+            session.get(f"{server.url}/metrics") as response:
+        metrics = await response.text()
+    paused = [line for line in metrics.splitlines()
+              if line.startswith("cloudybot_accept_paused_total ")]
+    assert paused and float(paused[0].split()[1]) >= 1, paused
+    log = server.log.read_text()
+    # asyncio reports each slot of the backlog it tried (1,024) with a traceback; one line here
+    assert log.count("out of file descriptors") == 1, log[-2000:]
+    assert "Traceback" not in log and "out of system resource" not in log, log[-2000:]
+
+
 def test_addresses_are_counted_per_ipv4_address_and_per_ipv6_64() -> None:
     assert address_key(("203.0.113.7", 41000)) == "203.0.113.7"
     assert address_key(("::ffff:203.0.113.7", 41000, 0, 0)) == "203.0.113.7"
@@ -184,8 +211,24 @@ class SlowClients:
         except TimeoutError:
             raise AssertionError(f"{self.refused} refused with 503, {self.reset} reset, of "
                                  f"{SLOW_CONNECTIONS - DEFAULT_CAP} past the cap; not made: "
-                                 f"{self.failed}") from None
+                                 f"{self.failed}; {server_side(server)}") from None
         return asyncio.gather(*tasks)
+
+
+def server_side(server: ServeProcess) -> str:
+    """What the server's side looked like (for a failure): its open descriptors, its CPU
+    seconds, and the kernel's view of the connections to its port."""
+    assert server.process is not None
+    pid = server.process.pid
+    with open(f"/proc/{pid}/stat") as stat:
+        ticks = sum(map(int, stat.read().rsplit(")", 1)[1].split()[11:13]))
+    sockets = subprocess.run(["ss", "-tan", f"( sport = :{server.port} )"],
+                             capture_output=True, text=True, check=False).stdout.splitlines()
+    states = collections.Counter(line.split()[0] for line in sockets[1:] if line.strip())
+    listening = [line for line in sockets if line.startswith("LISTEN")]
+    return (f"server: {len(os.listdir(f'/proc/{pid}/fd'))} descriptors open, "
+            f"{ticks / os.sysconf('SC_CLK_TCK'):.2f} s of CPU; sockets on its port: "
+            f"{dict(states)}; listening: {listening}")
 
 
 async def chat_turns(session: aiohttp.ClientSession, server: ServeProcess,

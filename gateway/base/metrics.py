@@ -72,6 +72,10 @@ class Metrics:
         self.connections_refused = Counter(
             "cloudybot_connections_refused_total", "Connections answered 503 because their client "
             "address already held max_connections_per_address", registry=r)
+        self.accept_paused = Counter(
+            "cloudybot_accept_paused_total", "Times the server stopped accepting connections "
+            "for a second because the process had no file descriptor (or memory) left",
+            registry=r)
         self.inbox_depth = Gauge("cloudybot_inbox_depth",
                                  "Channel messages committed and not answered yet", ["channel"],
                                  registry=r)

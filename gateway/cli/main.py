@@ -94,7 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cap = AddressCap(settings.max_connections_per_address,
                      on_refused=gateway.metrics.connections_refused.inc)
     try:
-        run(build_app(gateway), settings, Listener(host, port, cap), started)
+        listener = Listener(host, port, cap, on_accept_paused=gateway.metrics.accept_paused.inc)
+        run(build_app(gateway), settings, listener, started)
     except OSError as exc:
         raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     # Stopped: the store, the channels and Chromium are closed. Tearing the interpreter down
