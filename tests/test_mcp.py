@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.cli.main import main as cli
 from gateway.testing.fake_llm import FakeLLM, Scripted, completion, tool_call_completion
 from plugins.mcp.naming import MAX_NAME, tool_name
+from plugins.mcp.settings import SERVER_NAME
 from tests.conftest import Harness
 from tests.fakes.mcp_server import LONG_NAME, PIXEL
 from tests.helpers import session_bytes
@@ -96,9 +100,33 @@ def test_names_are_server__tool_sanitised_unique_and_at_most_64() -> None:
     dotted, underscored = tool_name("files", "get.item"), tool_name("files", "get_item")
     assert underscored == "files__get_item"
     assert dotted.startswith("files__get_item_") and dotted != underscored
+    # a server name that holds the separator, or ends in "_", cannot take another's names
+    assert tool_name("a__b", "c") != tool_name("a", "b__c") == "a__b__c"
+    assert tool_name("a_", "b") != tool_name("a", "_b") == "a___b"
     long = tool_name("files", LONG_NAME)
     assert len(long) == MAX_NAME and long == tool_name("files", LONG_NAME)  # stable
     assert long != tool_name("files", LONG_NAME + "2")
+
+
+SERVER_NAMES = st.one_of(st.from_regex(SERVER_NAME, fullmatch=True),
+                         st.text("ab_", min_size=1, max_size=6).filter(SERVER_NAME.fullmatch))
+TOOL_NAMES = st.one_of(st.text(max_size=70), st.text("ab_.", min_size=1, max_size=6))
+
+
+@settings(max_examples=500, deadline=None)
+@given(SERVER_NAMES, TOOL_NAMES, SERVER_NAMES, TOOL_NAMES)
+def test_two_tools_never_share_a_name(server: str, tool: str, other_server: str,
+                                      other_tool: str) -> None:
+    name = tool_name(server, tool)
+    assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name)
+    if (server, tool) != (other_server, other_tool):
+        assert name != tool_name(other_server, other_tool)
+    # the pairs most likely to meet: the same ``{server}__{tool}`` cut at another "__"
+    joined = f"{server}__{tool}"
+    for cut in (i for i in range(len(joined)) if joined.startswith("__", i)):
+        elsewhere = (joined[:cut], joined[cut + 2:])
+        if elsewhere != (server, tool) and SERVER_NAME.fullmatch(elsewhere[0]):
+            assert tool_name(*elsewhere) != name, elsewhere
 
 
 async def test_the_model_gets_the_servers_tools_named_with_their_schemas(
@@ -195,6 +223,30 @@ async def test_a_server_that_never_starts_leaves_the_turn_working(
     body = await chat_ok(harness, auth, "hello")
     assert body["reply"]
     assert not any(name.startswith("broken__") for name in offered(fake_llm))
+
+
+async def test_a_server_down_at_start_is_offered_once_it_comes_up(
+        start_mcp: Start, fake_llm: FakeLLM, tmp_path: Path, log: Path) -> None:
+    script = tmp_path / "late_server.py"  # not there yet: the first attempt fails
+    harness = await start_mcp({"late": {"command": sys.executable, "args": [str(script)],
+                                        "plans": ["*"]}})
+    auth = await harness.user("alice")
+    await chat_ok(harness, auth, "hello")
+    assert not any(name.startswith("late__") for name in offered(fake_llm))
+
+    script.write_text(
+        f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        f"sys.argv = ['mcp_server', '--log', {str(log)!r}, 'stdio']\n"
+        "runpy.run_module('tests.fakes.mcp_server', run_name='__main__')\n")
+
+    async def offered_after_a_turn() -> None:
+        while True:  # a bounded poll: the next attempt waits out its backoff (0.5 s)
+            await chat_ok(harness, auth, "again", thread="t-late")
+            if "late__echo" in offered(fake_llm):
+                return
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(offered_after_a_turn(), 20)
+    assert await tool_turn(harness, fake_llm, auth, "late__echo", {"text": "up"}) == "up"
 
 
 async def test_a_hanging_call_is_cancelled_at_the_server_after_its_timeout(

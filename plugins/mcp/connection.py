@@ -120,6 +120,10 @@ class Connection:
             self._task = loop.create_task(self._run(self._ready),
                                           name=f"mcp {self.server.name}")
 
+    def may_retry(self) -> bool:
+        """Whether a failed connection's wait before its next attempt is over."""
+        return asyncio.get_running_loop().time() >= self._retry_at
+
     async def session(self) -> ClientSession:
         """The open session, connecting if needed.
 

@@ -74,13 +74,17 @@ class McpServer:
         listed = self._listed()
         if listed is None and (user_id is not None or not self.config.per_user):
             connection = self.connection(user_id)
-            # only a first connection is waited for; a server that is down is not
+            # only a first connection is waited for; a server that is down is not, but once
+            # its wait is over a turn starts the next attempt (a server that was down when
+            # the gateway started is offered from the turn after it came up)
             if connection.state == "connecting" or (connection.state == "idle"
                                                     and self.config.per_user):
                 try:
                     await connection.session()
                 except Unreachable:
                     return ()
+            elif connection.state == "down" and connection.may_retry():
+                connection.start()
             listed = self._listed()
         if listed is None:
             return ()
