@@ -32,6 +32,9 @@ async def seed(harness: Harness) -> dict[str, str]:
                                      json={"instructions": f"cook {MARKER}"})).status == 200
     assert (await harness.client.put("/api/user/browser-credentials", headers=alice, json={
         "site": "shop.example", "username": "ada", "password": "hunter2-secret"})).status == 200
+    assert (await harness.client.post("/api/jobs", headers=alice, json={
+        "threadId": "t1", "kind": "cron", "when": "0 9 * * 1-5", "timeZone": "Europe/Paris",
+        "text": f"standup {MARKER}"})).status == 201
     assert (await harness.chat(bob, "bob stays")).status == 200
     return alice
 
@@ -50,7 +53,7 @@ async def test_the_export_holds_everything_about_the_caller_and_nothing_else(
         return json.loads(archive.read(f"alice/{name}"))
     assert {"alice/account.json", "alice/threads/t1.json", "alice/threads/t2.json",
             "alice/specialists.json", "alice/usage.json", "alice/browser-credentials.json",
-            "alice/webhooks.json", "alice/sessions/t1/active.jsonl"} <= names
+            "alice/webhooks.json", "alice/jobs.json", "alice/sessions/t1/active.jsonl"} <= names
     thread = read("threads/t1.json")
     assert [m["content"] for m in thread["transcript"] if m["role"] == "user"] == [
         f"{MARKER} note {n}" for n in range(5)]
@@ -60,6 +63,8 @@ async def test_the_export_holds_everything_about_the_caller_and_nothing_else(
     assert read("specialists.json") == {"chef": f"cook {MARKER}"}
     assert read("browser-credentials.json") == [{"site": "shop.example", "username": "ada"}]
     assert {row["kind"] for row in read("usage.json")} >= {"chat", "summarize"}
+    assert [(job["threadId"], job["spec"], job["text"]) for job in read("jobs.json")] == [
+        ("t1", "0 9 * * 1-5", f"standup {MARKER}")]
     everything = b"".join(archive.read(name) for name in names)
     assert b"hunter2-secret" not in everything and b"bob stays" not in everything
     assert MARKER.encode() in archive.read("alice/sessions/t1/active.jsonl")
