@@ -10,7 +10,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -159,7 +159,8 @@ class Gateway:
         # Set when stop() begins: waits (delivery backoff, rate limits) end at once, leaving
         # their work in the inbox/outbox for the next start.
         self.stopping = asyncio.Event()
-        self._stop_deadline = 0.0
+        self._stop_deadline = 0.0  # the end of the grace period's share for the work
+        self._grace_end = 0.0  # the end of the whole grace period (closing included)
         self._periodic: list[asyncio.Task[None]] = []  # the purge; the takeover (shared stores)
         self._compacted = ""  # the hour the usage rollups are compacted up to (shared stores)
         self.accepting = False
@@ -338,20 +339,34 @@ class Gateway:
             await self._cancel_background()
         for channel in self.channels.values():
             try:
-                await channel.close()
+                await self._within_grace(f"closing the channel {channel.name!r}",
+                                         channel.close())
             except Exception:
                 log.exception("channel %r failed to close", channel.name)
-        await self.webhooks.close()
-        await self.hooks.gateway_stopping()
+        await self._within_grace("closing the webhook deliveries", self.webhooks.close())
+        await self.hooks.gateway_stopping(self._grace_left())
         if self._running is not None:
-            await self._running.agent.toolbox.close()
-            await self._running.providers.close()
-        await self.store.close()
+            await self._within_grace("closing the tools", self._running.agent.toolbox.close())
+            await self._within_grace("closing the provider", self._running.providers.close())
+        await self.store.close()  # never cut off: it commits what was written
         if self._traces_from_environment and self.tracer.on:
             tracer, self.tracer = self.tracer, NO_TRACER
             await tracer.close(TRACE_FLUSH_SECONDS)
         if started:
             log.debug("stopped")
+
+    def _grace_left(self) -> float:
+        """Seconds left of the shutdown grace period (all of it when the stop has not begun)."""
+        if not self.stopping.is_set():
+            return self.settings.shutdown_grace_seconds
+        return max(0.0, self._grace_end - asyncio.get_running_loop().time())
+
+    async def _within_grace(self, what: str, closing: Awaitable[None]) -> None:
+        """Await ``closing``, cut off (and logged) when the grace period ends first."""
+        try:
+            await asyncio.wait_for(closing, self._grace_left())
+        except TimeoutError:
+            log.warning("shutdown: %s did not finish within the grace period; cut off", what)
 
     def begin_stop(self) -> float:
         """Stop taking messages and start the grace period (idempotent): new channel messages
@@ -363,7 +378,8 @@ class Gateway:
             self.stopping.set()
             grace = self.settings.shutdown_grace_seconds
             work = grace - min(CLOSING_SECONDS, grace * CLOSING_SHARE)
-            self._stop_deadline = asyncio.get_running_loop().time() + work
+            now = asyncio.get_running_loop().time()
+            self._stop_deadline, self._grace_end = now + work, now + grace
             if self._started:  # (a start that failed has nothing to stop)
                 log.debug("stopping: %.3g s for the work in flight, %g s in all", work, grace)
         return self._stop_deadline

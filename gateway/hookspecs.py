@@ -143,7 +143,8 @@ def session_rotated(host: PluginHost, rotation: Rotation) -> None:
 def gateway_stopping(host: PluginHost) -> None:
     """Release what the plugin holds for the running gateway (a browser, connections,
     background tasks): called as the gateway stops, after its turns finished or the grace
-    period ended, while the store is still open.
+    period ended, while the store is still open; every plugin's at once, each cancelled if it
+    is still running when the grace period ends.
 
     :param host: the plugin's host.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import inspect
 import logging
@@ -395,6 +396,34 @@ async def test_gateway_stopping_lets_plugins_release_with_the_store_still_open(
     assert seen == []
     await harness.gateway.stop()
     assert seen == ["alice"]  # once, after the one that failed
+
+
+async def test_a_plugin_that_never_releases_cannot_hold_the_stop_past_the_grace_period(
+        start_gateway: StartGateway, pm: PluginManager,
+        caplog: pytest.LogCaptureFixture) -> None:
+    released: list[str] = []
+    never = asyncio.Event()
+
+    class Hanger:
+        @hookimpl
+        async def gateway_stopping(self):
+            await never.wait()
+
+    class Holder:
+        @hookimpl
+        async def gateway_stopping(self, host):
+            released.append((await host.account("alice")).user_id)
+
+    pm.register(Hanger(), name="hanger")
+    pm.register(Holder(), name="holder")  # called first: it is not held by the other either
+    harness = await start_gateway(shutdown_grace_seconds=1.0)
+    await harness.user()
+    with caplog.at_level(logging.WARNING, logger="gateway.plugins.hooks"):
+        await asyncio.wait_for(harness.gateway.stop(), 10)  # not forever
+    assert released == ["alice"]
+    assert any("'hanger' did not finish gateway_stopping()" in r.getMessage()
+               for r in caplog.records)
+    assert not never.is_set()
 
 
 # --- turn_completed ------------------------------------------------------------------------------

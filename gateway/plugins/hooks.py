@@ -8,6 +8,7 @@ path calls its hooks through :class:`PluginHooks`, typed methods that hand each 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -123,6 +124,26 @@ async def notify_each(hook: pluggy.HookCaller, **kwargs: Any) -> None:
             log.exception("plugin %r failed in %s()", impl.plugin_name, hook.name)
 
 
+async def notify_all_within(hook: pluggy.HookCaller, seconds: float, **kwargs: Any) -> None:
+    """Call every observer at once and wait at most ``seconds`` for them all; one that fails
+    is logged, one still running then is cancelled and logged, and neither holds the others."""
+    async def one(impl: pluggy.HookImpl) -> None:
+        try:
+            await resolve(impl.function(*_arguments(impl, kwargs)))
+        except Exception:
+            log.exception("plugin %r failed in %s()", impl.plugin_name, hook.name)
+    running = {asyncio.ensure_future(one(impl)): impl.plugin_name
+               for impl in _implementations(hook)}
+    if not running:
+        return
+    _, late = await asyncio.wait(running, timeout=max(0.0, seconds))
+    for task in late:
+        task.cancel()
+        log.warning("plugin %r did not finish %s() within %.3g s; cut off",
+                    running[task], hook.name, seconds)
+    await asyncio.gather(*late, return_exceptions=True)
+
+
 class PluginHooks:
     """The hooks a running gateway calls on every turn, delivery and rotation, as typed
     methods: callers name what happened, this hands each plugin its own host."""
@@ -155,6 +176,7 @@ class PluginHooks:
         """Tell the observers that a reply reached its channel."""
         await notify_each(self.pm.hook.reply_sent, host=self.host, message=delivery, text=text)
 
-    async def gateway_stopping(self) -> None:
-        """Tell the plugins that the gateway stops: they release what they hold."""
-        await notify_each(self.pm.hook.gateway_stopping, host=self.host)
+    async def gateway_stopping(self, within: float) -> None:
+        """Tell the plugins that the gateway stops: they release what they hold, all at once,
+        within ``within`` seconds (the rest of the shutdown grace period)."""
+        await notify_all_within(self.pm.hook.gateway_stopping, within, host=self.host)
