@@ -44,3 +44,37 @@ async def test_the_jobs_panel_lists_pauses_deletes_and_a_run_shows_in_its_thread
     assert await gateway.scheduler.run_due() == 1
     await expect(dashboard.messages("assistant").last).to_contain_text("Daily digest")
     await dashboard.shot("jobs")
+
+
+async def test_the_time_zone_is_set_in_the_panel_and_misses_are_shown(
+        dashboard: Dashboard) -> None:
+    gateway = dashboard.harness.gateway
+    auth = await dashboard.harness.user()
+    assert (await dashboard.harness.chat(auth, "hello")).status == 200
+    ref = await gateway.resolve_thread("alice", "t1")
+    job = await gateway.jobs.create("free", ref, timing.cron("0 9 * * *", "UTC").to(
+        "message", "Standup"))
+    await gateway.store.set_job_state("alice", job.id, "active", gateway.clock() - 3 * 86400)
+    await dashboard.sign_in(auth)
+    await dashboard.tab("Jobs")
+    await dashboard.page.get_by_text("Times in UTC.").wait_for()
+
+    zone = dashboard.page.get_by_label("Your time zone")
+    await zone.fill("Mars/Olympus")
+    await dashboard.page.get_by_role("button", name="Set time zone").click()
+    await expect(dashboard.page.locator("#job-error")).to_contain_text("Mars/Olympus")
+    assert await gateway.jobs.time_zone("alice") == "UTC"
+    await zone.fill("Asia/Tokyo")
+    await dashboard.page.get_by_role("button", name="Set time zone").click()
+    await dashboard.page.get_by_text("Times in Asia/Tokyo.").wait_for()
+    assert await gateway.jobs.time_zone("alice") == "Asia/Tokyo"
+
+    # a job whose runs were missed says how many (misfire=skip records each one it skips)
+    missed = await gateway.jobs.create("free", ref, timing.every("1d", "UTC").to(
+        "message", "Digest", misfire="skip"))
+    await gateway.store.set_job_state("alice", missed.id, "active",
+                                      gateway.clock() - 3 * 86400)
+    await gateway.scheduler.run_due()
+    await dashboard.tab("Jobs")
+    row = dashboard.testid("job").filter(has_text="Digest")
+    await expect(row.get_by_test_id("job-misses")).to_contain_text("missed")

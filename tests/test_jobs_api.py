@@ -82,3 +82,36 @@ async def test_a_run_queues_its_job_completed_event_with_its_reply(
     assert delivery.event == "job.completed"
     assert '"jobId":"' + job.id + '"' in delivery.body and '"status":"sent"' in delivery.body
     assert '"reply":"Digest"' in delivery.body
+
+
+async def test_the_time_zone_is_set_over_http_and_new_jobs_and_times_are_in_it(
+        start_clocked: StartClocked, clock: Clock) -> None:
+    clock.now = 1_767_225_600.0  # 2026-01-01T00:00Z
+    harness = await start_clocked(jobs_run=False)
+    alice, bob = await harness.user("alice"), await harness.user("bob")
+    client = harness.client
+    assert (await (await client.get("/api/jobs", headers=alice)).json())["timeZone"] == "UTC"
+
+    changed = await client.put("/api/jobs/time-zone", headers=alice,
+                               json={"timeZone": "Asia/Tokyo"})
+    assert changed.status == 200 and await changed.json() == {"timeZone": "Asia/Tokyo"}
+    made = await client.post("/api/jobs", headers=alice, json={
+        "threadId": "t1", "kind": "cron", "when": "0 9 * * *", "text": "Morning"})
+    assert made.status == 201, await made.text()
+    job = await made.json()
+    assert job["timeZone"] == "Asia/Tokyo"
+    # 09:00 in Tokyo is midnight UTC: today's has just begun, so tomorrow's
+    assert job["nextRun"] == "2026-01-02T00:00:00.000000Z"
+    assert (await (await client.get("/api/jobs", headers=alice)).json())["timeZone"] == \
+        "Asia/Tokyo"
+    # another user's zone is theirs alone
+    assert (await (await client.get("/api/jobs", headers=bob)).json())["timeZone"] == "UTC"
+
+    await assert_json_error(await client.put("/api/jobs/time-zone", headers=alice, json={
+        "timeZone": "Mars/Olympus"}), 400, "unknown_time_zone")
+    await assert_json_error(await client.put("/api/jobs/time-zone", headers=alice, json={
+        "timeZone": 9}), 400, "invalid_job")
+    await assert_json_error(await client.put("/api/jobs/time-zone", json={
+        "timeZone": "Europe/Paris"}), 401)
+    assert (await (await client.get("/api/jobs", headers=alice)).json())["timeZone"] == \
+        "Asia/Tokyo"  # nothing changed by the refused ones

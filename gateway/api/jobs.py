@@ -69,6 +69,15 @@ async def post_job(request: web.Request) -> web.Response:
     return web.json_response(job_json(job, zone), status=201)
 
 
+async def put_time_zone(request: web.Request) -> web.Response:
+    """Set the caller's time zone (``timeZone``, an IANA name): the zone new jobs and the
+    times shown are in; 400 ``unknown_time_zone`` for a name that is none."""
+    gateway, user = caller(request)
+    body = await read_json_object(request)
+    zone = await gateway.jobs.set_time_zone(user.user_id, _text(body, "timeZone"))
+    return web.json_response({"timeZone": zone})
+
+
 async def delete_job(request: web.Request) -> web.Response:
     """Delete one of the caller's jobs and its record."""
     gateway, user = caller(request)

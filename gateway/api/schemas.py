@@ -147,6 +147,7 @@ JOB = obj({"id": STRING, "threadId": STRING, "channel": STRING,
            "lastStatus": nullable(STRING), "createdAt": TIME})
 JOB_RUN = obj({"due": TIME, "status": {"enum": ["sent", "late", "skipped", "missed", "refused",
                                                 "failed"]}, "detail": STRING})
+TIME_ZONE = obj({"timeZone": STRING})
 JOBS = obj({"timeZone": STRING, "jobs": array({
     **JOB, "properties": {**JOB["properties"], "recentRuns": array(JOB_RUN)},
     "required": [*JOB["required"], "recentRuns"]})})

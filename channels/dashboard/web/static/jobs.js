@@ -1,6 +1,7 @@
-// The Jobs panel: the signed-in user's scheduled jobs (what, when, next run), paused, resumed
-// and deleted through /api/jobs. /api/jobs/events tells of each run: the list is read again,
-// and the open thread reloads when the run posted in it.
+// The Jobs panel: the signed-in user's scheduled jobs (what, when, next run, runs missed),
+// paused, resumed and deleted through /api/jobs, and the user's time zone. /api/jobs/events
+// tells of each run: the list is read again, and the open thread reloads when the run posted
+// in it.
 
 import { api } from "./api.js";
 import { $, clear, el, say } from "./dom.js";
@@ -20,6 +21,7 @@ export async function showJobs() {
   }
   say("job-error", "");
   $("job-zone").textContent = `Times in ${answer.timeZone}.`;
+  $("zone-name").value = answer.timeZone;
   const jobs = answer.jobs.filter((job) => job.state !== "done");
   clear(list).append(...jobs.map(jobItem));
   if (!jobs.length) {
@@ -44,6 +46,8 @@ function jobItem(job) {
     el("span", { className: "muted small" }, ` ${job.schedule} · ${job.threadId}`),
     el("span", { className: "small", dataset: { testid: "job-next" } },
        paused ? " paused" : ` next ${job.nextRunLocal}`),
+    job.misses ? el("span", { className: "small error", dataset: { testid: "job-misses" } },
+                    ` · ${job.misses} missed`) : null,
     el("button", { type: "button", onclick: act("POST", jobPath(job.id, paused ? "/resume" : "/pause")) },
        paused ? "Resume" : "Pause"),
     el("button", { type: "button", onclick: act("DELETE", jobPath(job.id)) }, "Delete"));
@@ -60,6 +64,17 @@ function listen() {
     if (open && open.closest("li").dataset.threadId === run.threadId) open.click();
   });
 }
+
+$("zone-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    await api("PUT", "/api/jobs/time-zone", { timeZone: $("zone-name").value.trim() });
+  } catch (error) {
+    say("job-error", error.message);
+    return;
+  }
+  await showJobs();
+});
 
 $("tab-jobs").addEventListener("click", async () => {
   if (await showJobs()) listen();
