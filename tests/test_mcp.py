@@ -7,7 +7,9 @@ connections (``initialize``), listings (``tools/list``) and cancellations where 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import logging
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -240,13 +242,33 @@ async def test_a_server_down_at_start_is_offered_once_it_comes_up(
         "runpy.run_module('tests.fakes.mcp_server', run_name='__main__')\n")
 
     async def offered_after_a_turn() -> None:
-        while True:  # a bounded poll: the next attempt waits out its backoff (0.5 s)
-            await chat_ok(harness, auth, "again", thread="t-late")
+        # a bounded poll: the next attempt waits out its backoff (0.5 s); a thread a turn, so
+        # that no summarization runs to take the answers scripted below
+        for turn in itertools.count():
+            await chat_ok(harness, auth, "again", thread=f"late-{turn}")
             if "late__echo" in offered(fake_llm):
                 return
             await asyncio.sleep(0.05)
     await asyncio.wait_for(offered_after_a_turn(), 20)
     assert await tool_turn(harness, fake_llm, auth, "late__echo", {"text": "up"}) == "up"
+
+
+async def test_a_servers_environment_takes_variables_and_an_unset_one_keeps_it_down(
+        start_mcp: Start, fake_llm: FakeLLM, log: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("MCP_TEST_SECRET", "from-the-environment")
+    secrets = {"FAKE_MCP_SECRET": "${MCP_TEST_SECRET}"}
+    harness = await start_mcp({"files": stdio(log, plans=["*"], env=secrets),
+                               "missing": stdio(log, plans=["*"],
+                                                env={"FAKE_MCP_SECRET": "${MCP_TEST_UNSET}"})})
+    auth = await harness.user("alice")
+    with caplog.at_level(logging.WARNING, logger="cloudybot.plugin.mcp"):
+        assert await tool_turn(harness, fake_llm, auth, "files__secret", {}) == \
+            "from-the-environment"
+    assert not any(name.startswith("missing__") for name in offered(fake_llm))
+    assert any("MCP server missing: MissingVariable: the variable MCP_TEST_UNSET is not set"
+               in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
 async def test_a_hanging_call_is_cancelled_at_the_server_after_its_timeout(
@@ -345,6 +367,17 @@ async def test_an_http_server_with_a_user_header_gets_a_session_per_user(
         assert await tool_turn(harness, fake_llm, alice, "remote__whoami", {}) == "alice"
         assert await tool_turn(harness, fake_llm, bob, "remote__whoami", {}) == "bob"
     assert received(log).count("initialize") == 2
+
+
+async def test_a_header_takes_a_variable_from_the_environment_and_the_user_id(
+        start_mcp: Start, fake_llm: FakeLLM, http_server: tuple[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = http_server
+    monkeypatch.setenv("MCP_TEST_TENANT", "acme")
+    harness = await start_mcp({"remote": {
+        "url": url, "headers": {"X-User": "${MCP_TEST_TENANT}/{user_id}"}, "plans": ["*"]}})
+    alice = await harness.user("alice")
+    assert await tool_turn(harness, fake_llm, alice, "remote__whoami", {}) == "acme/alice"
 
 
 async def test_an_http_server_is_shared_without_a_user_header(

@@ -110,6 +110,10 @@ def build(recorder: Recorder) -> MCPServer:
         return [EmbeddedResource(type="resource", resource=TextResourceContents(
             uri="file:///srv/notes.txt", mime_type="text/plain", text="the notes"))]
 
+    @server.tool(description="The FAKE_MCP_SECRET this process was started with.")
+    def secret() -> str:
+        return os.environ.get("FAKE_MCP_SECRET", "unset")
+
     @server.tool(description="Who is calling (the X-User header).")
     def whoami(ctx: Context) -> str:
         headers = ctx.headers or {}
