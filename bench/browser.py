@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.cpu import drive_window, per_worker, warm_up, window_for
+from bench.cpu import drive_window, interleaved, per_worker, warm_up, window_for
 from bench.load import Server, add_user, gateway_env, start_fake_llm, start_serve
 from gateway.config.settings import load_settings
 from gateway.gateway import Gateway
@@ -147,13 +147,11 @@ async def turn_path(quick: bool, tmp: Path) -> dict[str, Any]:
         for name, (server, token) in servers.items():
             await warm_up(server, token, f"warm-{name}")
         cpu: dict[str, list[float]] = {name: [] for name in servers}
-        for round_number in range(rounds):
-            order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
-            for name in order:
-                server, token = servers[name]
-                result = await drive_window(server, token, CONCURRENCY, window,
-                                            per_worker(f"{name}-r{round_number}"))
-                cpu[name].append(result.cpu_us_per_turn)
+        for round_number, name in interleaved(servers, rounds):
+            server, token = servers[name]
+            result = await drive_window(server, token, CONCURRENCY, window,
+                                        per_worker(f"{name}-r{round_number}"))
+            cpu[name].append(result.cpu_us_per_turn)
     finally:
         for server, _ in servers.values():
             server.stop()
@@ -198,15 +196,13 @@ async def interleaved_turn_cpu(gateways: dict[str, Gateway], rounds: int,
     interleaved in alternating order, the median round of each; the gateways are stopped."""
     cpu: dict[str, list[float]] = {name: [] for name in gateways}
     try:
-        for round_number in range(rounds):
-            order = list(gateways) if round_number % 2 == 0 else list(reversed(gateways))
-            for name in order:
-                gateway = gateways[name]
-                ref = await gateway.resolve_thread("bench", f"t{round_number % 4}")
-                began = time.process_time()
-                for turn in range(turns):
-                    await gateway.chat("bench", ref, f"hello {turn}")
-                cpu[name].append((time.process_time() - began) * 1e6 / turns)
+        for round_number, name in interleaved(gateways, rounds):
+            gateway = gateways[name]
+            ref = await gateway.resolve_thread("bench", f"t{round_number % 4}")
+            began = time.process_time()
+            for turn in range(turns):
+                await gateway.chat("bench", ref, f"hello {turn}")
+            cpu[name].append((time.process_time() - began) * 1e6 / turns)
     finally:
         for gateway in gateways.values():
             await gateway.stop()

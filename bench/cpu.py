@@ -25,7 +25,7 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,15 @@ WARM_UP = Window(0.5, 400)
 def window_for(quick: bool) -> Window:
     """The load window of a full or a quick run."""
     return QUICK_WINDOW if quick else FULL_WINDOW
+
+
+def interleaved(names: Iterable[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """``(round, name)`` for ``rounds`` rounds over ``names``, every other round in reverse
+    order, so that the machine's drift falls on every variant alike."""
+    order = list(names)
+    for round_number in range(rounds):
+        for name in order if round_number % 2 == 0 else reversed(order):
+            yield round_number, name
 
 
 def per_worker(prefix: str) -> Callable[[int], str]:

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import WARM_UP, drive_window, per_worker, warm_up, window_for
+from bench.cpu import WARM_UP, drive_window, interleaved, per_worker, warm_up, window_for
 from bench.load import Server, add_user, free_port, gateway_env, start_fake_llm, start_serve
 from bench.load import start_server as start_process
 
@@ -72,15 +72,13 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
         warmed = await drive_window(*servers["otlp"], CONCURRENCY, WARM_UP,
                                     per_worker("warm-otlp"))
         traced_turns = warmed.turns + CONCURRENCY
-        for round_number in range(rounds):
-            order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
-            for name in order:
-                server, token = servers[name]
-                result = await drive_window(server, token, CONCURRENCY, window,
-                                            per_worker(f"{name}-r{round_number}"))
-                cpu[name].append(result.cpu_us_per_turn)
-                if name == "otlp":
-                    traced_turns += result.turns + CONCURRENCY
+        for round_number, name in interleaved(servers, rounds):
+            server, token = servers[name]
+            result = await drive_window(server, token, CONCURRENCY, window,
+                                        per_worker(f"{name}-r{round_number}"))
+            cpu[name].append(result.cpu_us_per_turn)
+            if name == "otlp":
+                traced_turns += result.turns + CONCURRENCY
     finally:
         for server, _ in servers.values():
             server.stop()  # SIGTERM: the OTLP server exports what it holds as it stops

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import cpu_seconds, drive_window, per_worker, warm_up, window_for
+from bench.cpu import cpu_seconds, drive_window, interleaved, per_worker, warm_up, window_for
 from bench.load import Server, add_user, free_port, gateway_env, start_fake_llm, start_serve
 from bench.load import start_server as start_process
 from bench.scaleout import machine_busy
@@ -56,19 +56,17 @@ async def run(quick: bool, tmp: Path) -> dict[str, Any]:
         p50: dict[str, list[float]] = {name: [] for name in servers}
         busy: dict[str, list[float]] = {name: [] for name in servers}
         receiving: list[float] = []  # the endpoints' own CPU per turn (they share the cores)
-        for round_number in range(rounds):
-            order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
-            for name in order:
-                server, token = servers[name]
-                before = cpu_seconds(receivers.pid)
-                result, share = await machine_busy(drive_window(
-                    server, token, CONCURRENCY, window, per_worker(f"{name}-r{round_number}")))
-                busy[name].append(share)
-                if name == "hooks" and result.turns:
-                    receiving.append((cpu_seconds(receivers.pid) - before) * 1e6 / result.turns)
-                per_second[name].append(result.per_second)
-                cpu[name].append(result.cpu_us_per_turn)
-                p50[name].append(result.p50)
+        for round_number, name in interleaved(servers, rounds):
+            server, token = servers[name]
+            before = cpu_seconds(receivers.pid)
+            result, share = await machine_busy(drive_window(
+                server, token, CONCURRENCY, window, per_worker(f"{name}-r{round_number}")))
+            busy[name].append(share)
+            if name == "hooks" and result.turns:
+                receiving.append((cpu_seconds(receivers.pid) - before) * 1e6 / result.turns)
+            per_second[name].append(result.per_second)
+            cpu[name].append(result.cpu_us_per_turn)
+            p50[name].append(result.p50)
     finally:
         for server, _ in servers.values():
             server.stop()
