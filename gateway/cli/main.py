@@ -548,9 +548,26 @@ def _add_mcp_commands(commands: Subcommands, common: argparse.ArgumentParser) ->
 
 
 def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
-    """users add|grant|token|plan, usage, purge."""
+    """users …, plans, audit, usage, purge."""
     users = commands.add_parser("users", help="manage accounts").add_subparsers(
         dest="users_command", required=True)
+    _add_users_commands(users, common)
+    admin.add_user_commands(users, common)
+    admin.add_audit_command(commands, common)
+    commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
+        handler=cmd_plans)
+    usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
+    usage.add_argument("user_id")
+    usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
+    usage.set_defaults(handler=cmd_usage)
+    purge_ = commands.add_parser("purge", parents=[common],
+                                 help="delete threads past their plan's retention")
+    purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
+    purge_.set_defaults(handler=cmd_purge)
+
+
+def _add_users_commands(users: Subcommands, common: argparse.ArgumentParser) -> None:
+    """users add|list|show|revoke|export|delete|grant|token|login-link|plan."""
     add = users.add_parser("add", parents=[common], help="create an account")
     add.add_argument("user_id")
     add.add_argument("--plan", help="plan name (default: the configured default plan)")
@@ -579,8 +596,6 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     delete.add_argument("--yes", action="store_true",
                         help="delete without asking (needed when stdin is not a terminal)")
     delete.set_defaults(handler=cmd_users_delete)
-    commands.add_parser("plans", parents=[common], help="the configured plans").set_defaults(
-        handler=cmd_plans)
     grant = users.add_parser("grant", parents=[common], help="add credits to an account")
     grant.add_argument("user_id")
     grant.add_argument("credits", type=int)
@@ -601,16 +616,6 @@ def _add_account_commands(commands: Subcommands, common: argparse.ArgumentParser
     plan.add_argument("user_id")
     plan.add_argument("plan")
     plan.set_defaults(handler=cmd_users_plan)
-    admin.add_user_commands(users, common)
-    admin.add_audit_command(commands, common)
-    usage = commands.add_parser("usage", parents=[common], help="an account's ledger")
-    usage.add_argument("user_id")
-    usage.add_argument("--limit", type=int, default=20, help="ledger rows to show (20)")
-    usage.set_defaults(handler=cmd_usage)
-    purge_ = commands.add_parser("purge", parents=[common],
-                                 help="delete threads past their plan's retention")
-    purge_.add_argument("--dry-run", action="store_true", help="list, change nothing")
-    purge_.set_defaults(handler=cmd_purge)
 
 
 def _add_channel_commands(commands: Subcommands, common: argparse.ArgumentParser) -> None:
