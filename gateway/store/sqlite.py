@@ -401,6 +401,12 @@ class _GroupCommit:
         self._task: asyncio.Task[None] | None = None
         self._checkpointed = 0  # the event loop connection's total_changes at the last one
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The event loop's writing connection (free whenever the event loop runs: a batch
+        runs on it from BEGIN to COMMIT without yielding)."""
+        return self._inline
+
     async def submit(self, fn: Callable[[sqlite3.Connection], T], off_loop: bool = False) -> T:
         """Queue ``fn`` and wait for its result (or its exception); ``off_loop``: run it on
         the worker thread, in a transaction of its own."""
@@ -511,6 +517,19 @@ def _apply_batch(conn: sqlite3.Connection,
     return outcomes
 
 
+def _read_on(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn`` in a read transaction of its own on ``conn``."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _revoked(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT revoked FROM access_revocations").fetchone()[0])
+
+
 def _statements(script: str) -> list[str]:
     """The statements of a migration script, in order: split at each ``;`` that ends one (a
     trigger's body holds statements of its own)."""
@@ -609,20 +628,26 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
         return await self._group.submit(fn, off_loop)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a small read right here, on a read-only connection of the event loop's thread.
+        """Run a small read right here, on the event loop's thread, on the connection that
+        writes there.
 
         A thread hand-off costs more than these indexed reads (tens of µs), and the writer
-        thread stays free for writes. WAL gives the read a consistent snapshot of everything
-        committed; every write a caller awaited is committed before its await returns.
+        thread stays free for writes. The writing connection's page cache stays valid across
+        its own commits, where a second connection drops its whole cache at every commit (a
+        read after a write cost it twice as much). If that connection cannot read this instant
+        (SQLite busy: another process recovering the WAL), the read-only connection waits for
+        it. WAL gives the read a consistent snapshot of everything committed; every write a
+        caller awaited is committed before its await returns.
         """
-        conn = self._reader
-        if conn is None:
+        reader = self._reader
+        if reader is None:
             raise RuntimeError("store is not open")
-        conn.execute("BEGIN")
         try:
-            return fn(conn)
-        finally:
-            conn.execute("COMMIT")
+            return _read_on(self._group.connection, fn)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+        return _read_on(reader, fn)
 
     async def _announcing(self, fn: Callable[[sqlite3.Connection, list[WebhookDelivery]], T],
                           off_loop: bool = False) -> T:
@@ -771,13 +796,9 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
 
     async def access_epoch(self) -> int:
         """The count of API tokens that ever stopped working (a trigger keeps it, in the
-        transaction that ends them): one statement on the reader's connection, its own
-        snapshot, no BEGIN. (``PRAGMA data_version`` would cost as much, 2.0 µs against
-        2.4, and changes with every write of any connection: a turn's too.)"""
-        conn = self._reader
-        if conn is None:
-            raise RuntimeError("store is not open")
-        return int(conn.execute("SELECT revoked FROM access_revocations").fetchone()[0])
+        transaction that ends them). (``PRAGMA data_version`` would cost as much, and changes
+        with every write of any connection: a turn's too.)"""
+        return await self._read(_revoked)
 
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
                           minutes: int) -> User:
