@@ -1234,6 +1234,28 @@ async def test_the_usage_rollups_hold_what_the_ledger_holds(store: Store, clock:
     assert after.total == by_model.total and [u for u, _ in after.spenders] == ["alice"]
 
 
+@covers("usage_report", "delete_user", "set_plan", "commit_turn")
+async def test_the_rollups_count_each_booking_once_at_the_plan_it_was_booked_on(
+        store: Store, clock: Clock) -> None:
+    """No report in between: SQLite folds the ledger into the rollups later, so an account
+    deleted with the newest ledger rows, and a plan changed after a booking, must not change
+    what the report counts (nor miss a booking that reuses a deleted row's id)."""
+    await users(store)  # alice: free, bob: pro
+    await store.commit_turn(turn(REF, "q", "a", credits=5))
+    await store.set_plan("alice", "pro", 1000, 30)
+    await store.commit_turn(turn(REF, "q", "a", credits=7))
+    await store.commit_turn(turn(BOB_REF, "q", "a", credits=11))  # the newest ledger rows
+    assert await store.delete_user("bob")
+    await store.commit_turn(turn(REF, "q", "a", credits=13))
+    report = await store.usage_report(UsageQuery("2026-01-01", "2026-01-02", "day", "plan", 5))
+    assert report_of(report) == {("2026-01-01", "free"): (1, 5, 0),
+                                 ("2026-01-01", "pro"): (3, 31, 0)}
+    assert [(user, s.credits) for user, s in report.spenders] == [("alice", 25)]
+    await store.commit_turn(turn(REF, "q", "a", credits=17))
+    again = await store.usage_report(UsageQuery("2026-01-01", "2026-01-02", "day", "plan", 5))
+    assert again.total.credits == 53 and again.spenders[0][1].credits == 42
+
+
 @covers("health", "inbox_add", "answer_inbox", "delivery_finished", "emit",
         "webhook_attempts", "create_job", "set_job_state")
 async def test_health_counts_the_queues_failing_endpoints_and_jobs(store: Store,

@@ -1,5 +1,6 @@
 """The SQLite store's write path: on the event loop while the write lock is free, on the
-worker thread when it is not (or when the work may be large), and the WAL kept checkpointed."""
+worker thread when it is not (or when the work may be large), the WAL kept checkpointed, and
+the usage rollups folded from the ledger in batches."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from gateway.base.errors import BadRequest
+from gateway.store.records import Charge
 from gateway.store.sqlite import SQLiteStore
+from gateway.store.sqlite_rollups import FOLD_BATCH
 
 
 @pytest.fixture
@@ -98,3 +101,29 @@ async def test_the_wal_is_checkpointed_so_it_stops_growing(store: SQLiteStore) -
             await store.put_specialist("alice", f"s{index % 50}", f"{value}{round_number}")
     # Unchecked, this WAL would pass 60 MB; checkpoints let it start over.
     assert wal.stat().st_size < 20 * 1024 * 1024
+
+
+def rolled_up(store: SQLiteStore) -> tuple[int, int, int]:
+    """Read beside the store: the credits in the rollups (the plan dimension's hours), the
+    ledger id they were folded through, and the newest ledger id."""
+    conn = sqlite3.connect(store.path)
+    try:
+        (credits,) = conn.execute("SELECT coalesce(sum(credits), 0) FROM usage_hours"
+                                  " WHERE dim = 'plan'").fetchone()
+        (through,) = conn.execute("SELECT through FROM usage_folded").fetchone()
+        (newest,) = conn.execute("SELECT max(id) FROM ledger").fetchone()
+        return credits, through, newest
+    finally:
+        conn.close()
+
+
+async def test_bookings_are_folded_into_the_rollups_every_fold_batch_without_a_report(
+        store: SQLiteStore) -> None:
+    await store.create_user("alice", "free", 10**9, 0)
+    for _ in range(FOLD_BATCH - 1):
+        await store.record_charges("alice", "alice--t", [Charge("chat", "m", 1, 1, 2)])
+    credits, through, newest = rolled_up(store)
+    assert credits == 0 and through < newest
+    await store.record_charges("alice", "alice--t", [Charge("chat", "m", 1, 1, 2)])
+    credits, through, newest = rolled_up(store)
+    assert credits == 2 * FOLD_BATCH and through == newest

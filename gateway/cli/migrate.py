@@ -28,6 +28,7 @@ from gateway.memory.sessions import SUFFIX, decode_key, parse_events
 from gateway.memory.shared_sessions import replay_id
 from gateway.store.in_use import FolderLock, try_lock
 from gateway.store.postgres import PostgresStore
+from gateway.store.sqlite_rollups import fold_usage
 
 # Parents before children; each with the columns both schemas share.
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -118,6 +119,7 @@ async def migrate(data_dir: Path, url: str, *, force: bool = False,
     or if a count differs afterwards."""
     lock = _locked(data_dir)
     try:
+        _fold_rollups(data_dir / "cloudybot.sqlite3")
         source = sqlite3.connect(f"file:{data_dir / 'cloudybot.sqlite3'}?mode=ro", uri=True)
         try:
             if key is not None:
@@ -127,6 +129,20 @@ async def migrate(data_dir: Path, url: str, *, force: bool = False,
             source.close()
     finally:
         lock.release()
+
+
+def _fold_rollups(database: Path) -> None:
+    """Fold the ledger rows booked since the last fold into the usage rollups
+    (:mod:`~gateway.store.sqlite_rollups`), so that the rollups copied cover the whole ledger
+    (a database from before the fold has none to fold)."""
+    conn = sqlite3.connect(database, isolation_level=None)
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'usage_folded'").fetchone():
+            conn.execute("BEGIN IMMEDIATE")
+            fold_usage(conn)
+            conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 async def _copy_all(data_dir: Path, source: sqlite3.Connection, url: str, force: bool,

@@ -407,4 +407,15 @@ MIGRATIONS: tuple[str, ...] = (
         DELETE FROM display_search_pending WHERE id = old.id;
     END;
     """,
+    # 15: the usage rollups are folded from the ledger in batches (gateway.store.sqlite_rollups),
+    # no longer in each booking's transaction: a ledger row of usage names what they group by
+    # (the account's plan when booked, the thread's channel, the tool; plan NULL: not usage,
+    # or booked before, and folded then); usage_folded holds the newest ledger id folded
+    """
+    ALTER TABLE ledger ADD COLUMN plan TEXT;
+    ALTER TABLE ledger ADD COLUMN channel TEXT;
+    ALTER TABLE ledger ADD COLUMN tool TEXT;
+    CREATE TABLE usage_folded (through INTEGER NOT NULL);
+    INSERT INTO usage_folded SELECT coalesce(max(id), 0) FROM ledger;
+    """,
 )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import logging
 import sqlite3
@@ -56,7 +55,6 @@ from gateway.store.records import (
     LedgerEntry,
     Moment,
     SecretRecord,
-    Spend,
     StoredMessage,
     SummaryCommit,
     Thread,
@@ -75,6 +73,7 @@ from gateway.store.records import (
 )
 from gateway.store.sqlite_admin import SQLiteAdmin, append_audit
 from gateway.store.sqlite_jobs import SQLiteJobs, finish_in
+from gateway.store.sqlite_rollups import FOLD_BATCH, fold_usage, forget_folded
 from gateway.store.worker import WorkerThread
 
 log = logging.getLogger(__name__)
@@ -197,46 +196,28 @@ def _charge(conn: sqlite3.Connection, user_id: str, thread_key: str | None, char
     return int(row[0]) if row else 0
 
 
+# A ledger row of usage: with what the rollups group it by (gateway.store.sqlite_rollups).
 _LEDGER_ROW = ("INSERT INTO ledger (user_id, thread_key, kind, model, prompt_tokens,"
-               " completion_tokens, credits, minutes, created_at)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+               " completion_tokens, credits, minutes, created_at, plan, channel, tool)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 # What charges change on the account: its balances, what it spent today (counted afresh on a
-# new day) and when it was last active; the plan is its usage rollups'.
+# new day) and when it was last active; the plan is its ledger rows'.
 _SPEND = ("UPDATE users SET credits = credits - ?1, browser_minutes = browser_minutes - ?2,"
           " spent_today = CASE WHEN spent_day = ?3 THEN spent_today ELSE 0 END + ?1,"
           " spent_day = ?3, active_at = ?4 WHERE user_id = ?5"
           " RETURNING credits, plan, spent_today")
-_ADD_SPEND = ("calls = calls + excluded.calls, prompt_tokens = prompt_tokens"
-              " + excluded.prompt_tokens, completion_tokens = completion_tokens"
-              " + excluded.completion_tokens, credits = credits + excluded.credits,"
-              " minutes = minutes + excluded.minutes")
-_ADD_DAY = ("INSERT INTO usage_days VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            f" ON CONFLICT (month, user_id, day) DO UPDATE SET {_ADD_SPEND}")
-
-
-@functools.lru_cache(maxsize=16)
-def _add_hours(rows: int) -> str:
-    """The upsert of ``rows`` usage_hours rows, in one statement."""
-    return ("INSERT INTO usage_hours VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
-            + f" ON CONFLICT (dim, hour, value) DO UPDATE SET {_ADD_SPEND}")
 
 
 def _book(conn: sqlite3.Connection, billing: Billing, at: Moment) -> tuple[int, int] | None:
-    """Book usage: the ledger rows, the account's balances and spending today (one update),
-    and the usage rollups (:mod:`gateway.store.usage`). The balance and today's spending
-    after, or None if there was nothing to book (or no account)."""
+    """Book usage: the account's balances and spending today (one update), and the ledger
+    rows, which the usage rollups are folded from later (:mod:`~.sqlite_rollups`). The
+    balance and today's spending after, or None if there was nothing to book (or no
+    account)."""
     charges = billing.charges
     if not charges:
         return None
-    rows = [(billing.user_id, billing.thread_key, c.kind, c.model, c.prompt_tokens,
-             c.completion_tokens, c.credits, c.minutes, at.iso) for c in charges]
-    if len(rows) == 1:  # most turns: one call (executemany costs more for one row)
-        conn.execute(_LEDGER_ROW, rows[0])
-    else:
-        conn.executemany(_LEDGER_ROW, rows)
     spend = usage.spend_of(charges)
-    day = at.iso[:10]
-    row = conn.execute(_SPEND, (spend.credits, spend.minutes, day, at.iso,
+    row = conn.execute(_SPEND, (spend.credits, spend.minutes, at.iso[:10], at.iso,
                                 billing.user_id)).fetchone()
     if row is None:
         return None
@@ -246,17 +227,14 @@ def _book(conn: sqlite3.Connection, billing: Billing, at: Moment) -> tuple[int, 
         found = conn.execute("SELECT channel FROM threads WHERE session_key = ?",
                              (billing.thread_key,)).fetchone()
         channel = found[0] if found else ""
-    hour = usage.hour_key(at.iso)
-    added = usage.hour_rows(charges, plan, channel, spend)
-    conn.execute(_add_hours(len(added)), [value for dim, name, spent in added
-                                          for value in (dim, hour, name, *_spend(spent))])
-    conn.execute(_ADD_DAY, (day[:7], billing.user_id, day, *_spend(spend)))
+    rows = [(billing.user_id, billing.thread_key, c.kind, c.model, c.prompt_tokens,
+             c.completion_tokens, c.credits, c.minutes, at.iso, plan, channel, c.tool)
+            for c in charges]
+    if len(rows) == 1:  # most turns: one call (executemany costs more for one row)
+        conn.execute(_LEDGER_ROW, rows[0])
+    else:
+        conn.executemany(_LEDGER_ROW, rows)
     return int(balance), int(spent_today)
-
-
-def _spend(spend: Spend) -> tuple[int, int, int, int, int]:
-    return (spend.calls, spend.prompt_tokens, spend.completion_tokens, spend.credits,
-            spend.minutes)
 
 
 def _charge_all(conn: sqlite3.Connection, billing: Billing,
@@ -563,6 +541,7 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
         self._search_worker: WorkerThread | None = None
         self._search_opening = asyncio.Lock()  # two first searches at once open one thread
         self._unindexed = 0  # display messages this process queued for search since it indexed
+        self._unfolded = 0  # charges this process booked since it folded the usage rollups
         # Told of the webhook deliveries each commit queued (the gateway's dispatcher).
         self.webhooks_queued: Callable[[list[WebhookDelivery]], None] = _ignore
 
@@ -748,8 +727,10 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
                 conn.executemany("DELETE FROM inbox WHERE conversation = ?", keys)
                 conn.executemany("DELETE FROM outbox WHERE conversation = ?", keys)
                 conn.execute("DELETE FROM webhook_deliveries WHERE user_id = ?", (user_id,))
+                fold_usage(conn)  # the hours keep its spending, with nobody's name on it
                 gone = conn.execute("DELETE FROM users WHERE user_id = ?",
                                     (user_id,)).rowcount == 1  # the rest cascades
+                forget_folded(conn)
                 if gone:  # a full-text index keeps deleted words until its segments merge
                     for index in ("display_search", "title_search"):
                         conn.execute(f"INSERT INTO {index} ({index}) VALUES ('optimize')")
@@ -835,7 +816,9 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
             _book(conn, Billing(user_id, thread_key, [Charge(what, "", 0, 0, 0, minutes,
                                                              tool=what)]), self._moment())
             return _get_user(conn, user_id)
-        return await self._transaction(run)
+        user = await self._transaction(run)
+        await self._booked(1)
+        return user
 
     async def take_minutes(self, user_id: str, thread_key: str | None, minutes: int) -> int:
         """Take up to ``minutes`` browser minutes, never more than the balance holds."""
@@ -845,7 +828,9 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
                 _book(conn, Billing(user_id, thread_key, [
                     Charge("browser", "", 0, 0, 0, taken, tool="browser")]), self._moment())
             return taken
-        return await self._transaction(run)
+        taken = await self._transaction(run)
+        await self._booked(1 if taken > 0 else 0)
+        return taken
 
     async def ledger_page(self, user_id: str, limit: int, before: int | None
                           ) -> tuple[list[LedgerEntry], int | None]:
@@ -1152,6 +1137,7 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
             queued += _emit(conn, commit.ref.user_id, commit.events, at)
             return TurnWritten([i for i in ids if i is not None])
         written = await self._announcing(run)
+        await self._booked(len(commit.billing.charges))
         self._unindexed += len(commit.messages)
         if self._unindexed >= SEARCH_INDEX_BATCH:
             try:
@@ -1159,6 +1145,18 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
             except sqlite3.Error as exc:  # the turn is committed; the next search indexes
                 log.warning("indexing messages for search failed: %s", exc)
         return written
+
+    async def _booked(self, charges: int) -> None:
+        """Count ``charges`` this process booked; once ``FOLD_BATCH`` were, fold the usage
+        rollups (:mod:`~.sqlite_rollups`) on the writer thread."""
+        self._unfolded += charges
+        if self._unfolded < FOLD_BATCH:
+            return
+        self._unfolded = 0
+        try:
+            await self._transaction(fold_usage, off_loop=True)
+        except sqlite3.Error as exc:  # the bookings are committed; the next fold takes them
+            log.warning("folding the usage rollups failed: %s", exc)
 
     async def index_search(self) -> None:
         """Index the display messages queued for search (done before every search, and
@@ -1173,6 +1171,7 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
         def run(conn: sqlite3.Connection) -> None:
             _book(conn, Billing(user_id, thread_key, charges), self._moment())
         await self._transaction(run)
+        await self._booked(len(charges))
 
     async def commit_summary(self, commit: SummaryCommit) -> bool:
         """Apply a summary if the thread is still at the expected version (queueing its
@@ -1194,7 +1193,10 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
             queued += _charge_all(conn, dataclasses.replace(commit.billing, channel=row[2]), at)
             queued += _emit(conn, row[1], commit.events, at)
             return True
-        return await self._announcing(run)
+        applied = await self._announcing(run)
+        if applied:
+            await self._booked(len(commit.billing.charges))
+        return applied
 
     # --- durable inbox and outbox -------------------------------------------------------
     async def inbox_add(self, entry: InboxEntry, answered: bool = False) -> Intake | None:

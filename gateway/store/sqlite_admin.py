@@ -31,6 +31,7 @@ from gateway.store.records import (
     User,
     UserQuery,
 )
+from gateway.store.sqlite_rollups import fold_usage
 
 if TYPE_CHECKING:
     from gateway.store.worker import WorkerThread
@@ -177,11 +178,14 @@ class SQLiteAdmin:
                     " ORDER BY bucket, value", (width, query.group_by, query.start,
                                                 query.end))]
             return UsageReport(rows, total, top)
+        await self._transaction(fold_usage, off_loop=True)  # the rollups: the whole ledger
         return await self._report(run)
 
     async def compact_usage(self, start: str, end: str) -> int:
-        """Nothing to fold: one process writes an hour's rows, one row each (0)."""
-        return 0
+        """Fold the ledger rows booked since the last fold into the rollups (the gateway's
+        hourly maintenance; SQLite keeps one row per hour and value already); how many
+        ledger ids the fold moved over."""
+        return await self._transaction(fold_usage, off_loop=True)
 
     async def health(self, since: float) -> Health:
         """The channels' queues, the endpoints failing (retrying deliveries, or deliveries

@@ -1,5 +1,7 @@
-"""The usage rollups both stores keep beside the ledger, in the transaction of each charge, so
-that an admin's usage report reads a few thousand rows whatever the ledger holds.
+"""The usage rollups both stores keep beside the ledger, so that an admin's usage report reads a
+few thousand rows whatever the ledger holds: PostgreSQL adds to them in the transaction of
+each charge; SQLite folds the ledger into them in batches, and before every report
+(:mod:`~gateway.store.sqlite_rollups`).
 
 - ``usage_hours``: per UTC hour, per value of one dimension (``plan``, ``model``,
   ``channel``, ``tool``), the spending of every account: four rows a charge touches, one per
@@ -13,7 +15,7 @@ nobody's name on it. Grants are not usage. Pure helpers here; the SQL is each st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import date, timedelta
 
 from gateway.store.records import Charge, Spend
@@ -48,25 +50,6 @@ def add(one: Spend, other: Spend) -> Spend:
     return Spend(one.calls + other.calls, one.prompt_tokens + other.prompt_tokens,
                  one.completion_tokens + other.completion_tokens,
                  one.credits + other.credits, one.minutes + other.minutes)
-
-
-def hour_rows(charges: Sequence[Charge], plan: str, channel: str,
-              total: Spend | None = None) -> list[tuple[str, str, Spend]]:
-    """The ``usage_hours`` rows (dimension, value, spend) one booking adds to: the account's
-    plan and the thread's channel once, each model and each tool its charges name; ``total``
-    is what the charges cost, if the caller has it (usually their one model and one tool
-    take it all)."""
-    total = total if total is not None else spend_of(charges)
-    rows = [("plan", plan, total), ("channel", channel, total)]
-    for dimension in ("model", "tool"):
-        values = dict.fromkeys(getattr(charge, dimension) for charge in charges)
-        if len(values) == 1:
-            rows.append((dimension, next(iter(values)), total))
-            continue
-        rows += [(dimension, value, spend_of(c for c in charges
-                                             if getattr(c, dimension) == value))
-                 for value in values]
-    return rows
 
 
 def days_of(start: str, end: str) -> tuple[str, str]:
