@@ -50,13 +50,15 @@ def whole_tool_exchanges(messages: Iterable[Mapping[str, Any]]) -> list[dict[str
                 open_calls.remove(call_id)
                 repaired.append(dict(message))
             else:
-                close_calls()
+                if open_calls:
+                    close_calls()
                 repaired.append({"role": "user",
                                  "content": ORPHAN_RESULT + _text(message.get("content"))})
             continue
-        close_calls()
-        if role != "assistant":
-            repaired.append(dict(message))
+        if open_calls:  # most messages: none open (a closure call per message costs)
+            close_calls()
+        if role != "assistant" or ("tool_calls" not in message and message.get("content")):
+            repaired.append(dict(message))  # nothing to repair
             continue
         calls = _answerable_calls(message.get("tool_calls"))
         content = message.get("content")
