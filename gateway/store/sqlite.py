@@ -619,15 +619,20 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
         it. WAL gives the read a consistent snapshot of everything committed; every write a
         caller awaited is committed before its await returns.
         """
+        return self._reading(lambda conn: _read_on(conn, fn))
+
+    def _reading(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """``read`` on the event loop's writing connection, or on the read-only one (which
+        waits for a lock) if that one is busy."""
         reader = self._reader
         if reader is None:
             raise RuntimeError("store is not open")
         try:
-            return _read_on(self._group.connection, fn)
+            return read(self._group.connection)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise
-        return _read_on(reader, fn)
+        return read(reader)
 
     async def _announcing(self, fn: Callable[[sqlite3.Connection, list[WebhookDelivery]], T],
                           off_loop: bool = False) -> T:
@@ -779,8 +784,9 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
     async def access_epoch(self) -> int:
         """The count of API tokens that ever stopped working (a trigger keeps it, in the
         transaction that ends them). (``PRAGMA data_version`` would cost as much, and changes
-        with every write of any connection: a turn's too.)"""
-        return await self._read(_revoked)
+        with every write of any connection: a turn's too.) One statement, its own snapshot,
+        on the connection :meth:`_read` uses."""
+        return self._reading(_revoked)
 
     async def roll_period(self, user_id: str, expected: str, period: str, credits: int,
                           minutes: int) -> User:
