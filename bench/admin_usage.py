@@ -6,8 +6,8 @@ runs the SQLite one (``--backend postgresql``: both).
 The deployment is made as one that predates the rollups: the accounts, their threads (a
 channel each) and the ledger are written straight into a database at the migration before
 them, then the store is opened, and its migration fills ``usage_hours`` and ``usage_days`` from
-the ledger, as an upgraded deployment's are (the same sums a live gateway adds to them with
-each charge: ``tests/test_admin_store.py``, ``tests/test_store_contract.py``); on PostgreSQL
+the ledger, as an upgraded deployment's are (the same sums a live gateway keeps of its
+charges: ``tests/test_admin_store.py``, ``tests/test_store_contract.py``); on PostgreSQL
 the hours' shards are then folded, as a running gateway folds the hours that are over. The
 ledger spans the year up to now (``--dense``: only the 30 days the reports read, every
 account active every day: the worst case), its accounts' activity skewed (a few spend
