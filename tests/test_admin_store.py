@@ -16,6 +16,7 @@ from gateway.store import Store, UsageQuery
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.postgres import PostgresStore
 from gateway.store.postgres_migrations import MIGRATIONS as PG_MIGRATIONS
+from gateway.store.records import Charge
 from gateway.store.sqlite import SQLiteStore, _statements
 
 USERS = [("alice", "free", 990, 28, "2026-01-01T00:00:00.000000Z", "2026-01"),
@@ -112,3 +113,13 @@ async def test_the_migration_fills_the_rollups_from_the_ledger(migrated: Store) 
         990, False, False, None)
     assert (alice.active_at, bob.active_at) == ("2026-01-01T01:05:00.000000Z",
                                                 "2026-01-02T09:00:00.000000Z")
+
+
+async def test_a_booking_after_the_migration_adds_to_the_rollups_once(migrated: Store) -> None:
+    """What the migration filled is not counted again, and what is booked after it counts
+    (SQLite folds the ledger into the rollups later: its older rows must not be folded)."""
+    year = UsageQuery("2026-01-01", "2027-01-01", "day", "plan", 10)
+    assert (await migrated.usage_report(year)).total.credits == 11
+    await migrated.record_charges("alice", "alice--t1", [Charge("chat", "m1", 1, 1, 5)])
+    after = await migrated.usage_report(year)
+    assert after.total.credits == 16 and after.total.calls == 5
