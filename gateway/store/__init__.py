@@ -453,8 +453,10 @@ class Store(Protocol):
         """Fold the ``usage_hours`` rows of the hours from ``start`` to ``end`` (hour keys,
         ``end`` exclusive) into one row per hour, dimension and value; how many rows were
         folded. PostgreSQL spreads the hour being written over shards (so that concurrent
-        commits seldom wait for each other), which nothing writes once the hour is over;
-        SQLite keeps one row already (0)."""
+        commits seldom wait for each other), which nothing writes once the hour is over.
+        SQLite keeps one row already: it folds the ledger rows booked since its last fold
+        instead (:mod:`~gateway.store.sqlite_rollups`), and says how many ledger ids that
+        moved over."""
 
     async def health(self, since: float) -> Health:
         """The channels' inbox and outbox queues, the webhook endpoints failing (deliveries
