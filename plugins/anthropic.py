@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import (
@@ -248,66 +248,99 @@ def _tool_use(call: dict[str, Any], ids: _ToolIds) -> dict[str, Any]:
 async def _gather_events(response: Response,
                          on_text: Callable[[str], Awaitable[None]]) -> dict[str, Any]:
     """Read Anthropic's event stream, handing text on; return it as one Messages body."""
-    blocks: dict[int, dict[str, Any]] = {}
-    inputs: dict[int, list[str]] = {}
-    answer: dict[str, Any] = {"usage": {}}
-    size = 0
+    gathered = _Gathered()
     try:
         async for raw in response.lines():
-            line = raw.strip()
-            if not line.startswith(b"data:"):
+            event = _stream_event(raw)
+            if event is None:
                 continue
-            try:
-                event = jsonio.loads(line[5:].strip())
-            except (ValueError, RecursionError):
-                raise _malformed("a stream event is not JSON") from None
-            if not isinstance(event, dict):
-                raise _malformed("a stream event is not an object")
-            kind = event.get("type")
-            if kind == "message_start" and isinstance(event.get("message"), dict):
-                started = event["message"]
-                answer["model"] = started.get("model")
-                if isinstance(started.get("usage"), dict):
-                    answer["usage"].update(started["usage"])
-            elif kind == "message_delta" and isinstance(event.get("usage"), dict):
-                answer["usage"].update(event["usage"])
-                delta = event.get("delta")
-                if isinstance(delta, dict) and delta.get("stop_reason") is not None:
-                    answer["stop_reason"] = delta["stop_reason"]
-            elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
-                index = event.get("index")
-                if type(index) is not int or index in blocks:
-                    raise _malformed("a content block has no usable index")
-                blocks[index] = dict(event["content_block"])
-                inputs[index] = []
-            elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
-                index, delta = event.get("index"), event["delta"]
-                if index not in blocks:
-                    raise _malformed("a delta for a block that did not start")
-                if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-                    blocks[index]["text"] = blocks[index].get("text", "") + delta["text"]
-                    size += len(delta["text"])
-                    await on_text(delta["text"])
-                elif delta.get("type") == "input_json_delta" \
-                        and isinstance(delta.get("partial_json"), str):
-                    inputs[index].append(delta["partial_json"])
-                    size += len(delta["partial_json"])
-            elif kind == "error":  # overloaded_error mid-stream, say: before text, fall back
-                raise ProviderUnavailable("the LLM provider's stream reported an error",
-                                          reason="stream_error")
-            elif kind == "message_stop":
+            if event.get("type") == "message_stop":
                 break
-            if size > MAX_STREAM_CHARS:
+            text = gathered.take(event)
+            if text is not None:
+                await on_text(text)
+            if gathered.size > MAX_STREAM_CHARS:
                 raise _malformed(f"it streamed more than {MAX_STREAM_CHARS} characters")
     except HTTPClientError as exc:
         raise stream_broke_off(exc) from None
-    for index, block in blocks.items():
-        if block.get("type") == "tool_use" and inputs[index]:
-            try:
-                block["input"] = json.loads("".join(inputs[index]))
-            except ValueError:
-                block["input"] = "".join(inputs[index])  # refused by the call's checks
-    return {**answer, "content": [blocks[index] for index in sorted(blocks)]}
+    return gathered.body()
+
+
+def _stream_event(raw: bytes) -> dict[str, Any] | None:
+    """The event of a ``data:`` line of the stream (None for any other line); raise if it is
+    not a JSON object."""
+    line = raw.strip()
+    if not line.startswith(b"data:"):
+        return None
+    try:
+        event = jsonio.loads(line[5:].strip())
+    except (ValueError, RecursionError):
+        raise _malformed("a stream event is not JSON") from None
+    if not isinstance(event, dict):
+        raise _malformed("a stream event is not an object")
+    return event
+
+
+@dataclass
+class _Gathered:
+    """A Messages body put together from the stream's events: its model, usage and stop
+    reason, its content blocks by index, and the pieces of each tool call's input."""
+
+    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[int, list[str]] = field(default_factory=dict)
+    answer: dict[str, Any] = field(default_factory=lambda: {"usage": {}})
+    size: int = 0  # characters streamed so far (text and tool input)
+
+    def take(self, event: dict[str, Any]) -> str | None:
+        """Apply one event (not ``message_stop``); the text it streamed, if any. Raise if
+        it is malformed or reports an error."""
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            started = event["message"]
+            self.answer["model"] = started.get("model")
+            if isinstance(started.get("usage"), dict):
+                self.answer["usage"].update(started["usage"])
+        elif kind == "message_delta" and isinstance(event.get("usage"), dict):
+            self.answer["usage"].update(event["usage"])
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                self.answer["stop_reason"] = delta["stop_reason"]
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            index = event.get("index")
+            if type(index) is not int or index in self.blocks:
+                raise _malformed("a content block has no usable index")
+            self.blocks[index] = dict(event["content_block"])
+            self.inputs[index] = []
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            return self._add(event.get("index"), event["delta"])
+        elif kind == "error":  # overloaded_error mid-stream, say: before text, fall back
+            raise ProviderUnavailable("the LLM provider's stream reported an error",
+                                      reason="stream_error")
+        return None
+
+    def _add(self, index: Any, delta: dict[str, Any]) -> str | None:
+        """A block's delta: text (returned, to hand on) or a piece of a tool call's input."""
+        if index not in self.blocks:
+            raise _malformed("a delta for a block that did not start")
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            text: str = delta["text"]
+            self.blocks[index]["text"] = self.blocks[index].get("text", "") + text
+            self.size += len(text)
+            return text
+        if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self.inputs[index].append(delta["partial_json"])
+            self.size += len(delta["partial_json"])
+        return None
+
+    def body(self) -> dict[str, Any]:
+        """The Messages body: each tool call's input parsed from its pieces."""
+        for index, block in self.blocks.items():
+            if block.get("type") == "tool_use" and self.inputs[index]:
+                try:
+                    block["input"] = json.loads("".join(self.inputs[index]))
+                except ValueError:
+                    block["input"] = "".join(self.inputs[index])  # refused by the call's checks
+        return {**self.answer, "content": [self.blocks[index] for index in sorted(self.blocks)]}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ _SUMS = ("sum(model <> ''), sum(prompt_tokens), sum(completion_tokens), sum(cred
          " sum(minutes)")
 # The ledger rows of usage in the range (?1, ?2].
 _RANGE = "FROM ledger WHERE id > ?1 AND id <= ?2 AND plan IS NOT NULL"
-ADD_SPEND = ("calls = calls + excluded.calls, prompt_tokens = prompt_tokens"
+_ADD_SPEND = ("calls = calls + excluded.calls, prompt_tokens = prompt_tokens"
              " + excluded.prompt_tokens, completion_tokens = completion_tokens"
              " + excluded.completion_tokens, credits = credits + excluded.credits,"
              " minutes = minutes + excluded.minutes")
@@ -41,10 +41,10 @@ _FOLD_HOURS = ("INSERT INTO usage_hours SELECT * FROM ("
                + " UNION ALL ".join(
                    f"SELECT '{dim}', substr(created_at, 1, 13), coalesce({dim}, ''), {_SUMS}"
                    f" {_RANGE} GROUP BY 2, 3" for dim in ("plan", "channel", "model", "tool"))
-               + f") WHERE true ON CONFLICT (dim, hour, value) DO UPDATE SET {ADD_SPEND}")
+               + f") WHERE true ON CONFLICT (dim, hour, value) DO UPDATE SET {_ADD_SPEND}")
 _FOLD_DAYS = ("INSERT INTO usage_days SELECT substr(created_at, 1, 7), user_id,"
               f" substr(created_at, 1, 10), {_SUMS} {_RANGE} GROUP BY user_id, 3"
-              f" ON CONFLICT (month, user_id, day) DO UPDATE SET {ADD_SPEND}")
+              f" ON CONFLICT (month, user_id, day) DO UPDATE SET {_ADD_SPEND}")
 
 
 def fold_usage(conn: sqlite3.Connection) -> int:
