@@ -9,7 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.scrape import may_scrape
-from gateway.store import InboxEntry
+from gateway.base.metrics import Metrics
+from gateway.store import Charge, InboxEntry
 from gateway.testing.fake_llm import FakeLLM, Scripted
 from tests.conftest import Harness
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -22,8 +23,12 @@ async def scrape(harness: Harness) -> Samples:
     response = await harness.client.get("/metrics")
     assert response.status == 200
     assert response.content_type == "text/plain"
+    return parse(await response.text())
+
+
+def parse(exposition: str) -> Samples:
     samples: Samples = {}
-    for family in text_string_to_metric_families(await response.text()):
+    for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return samples
@@ -110,3 +115,15 @@ async def test_inbox_depth_rotations_and_webhook_outcomes(
 ])
 def test_who_may_scrape(remote: str | None, header: str, token: str, allowed: bool) -> None:
     assert may_scrape(remote, header, token) is allowed
+
+
+def test_the_labelled_series_count_each_set_of_label_values_apart_and_export_it() -> None:
+    metrics = Metrics()
+    first = metrics.tokens.labels("chat", "prompt")
+    assert metrics.tokens.labels("chat", "prompt") is first
+    assert metrics.tokens.labels("chat", "completion") is not first
+    metrics.charged([Charge("chat", "m", 7, 3, 2), Charge("chat", "m", 5, 0, 0)])
+    samples = parse(metrics.exposition().decode())
+    assert value(samples, "cloudybot_tokens_total", kind="chat", direction="prompt") == 12
+    assert value(samples, "cloudybot_tokens_total", kind="chat", direction="completion") == 3
+    assert value(samples, "cloudybot_credits_total", kind="chat") == 2
