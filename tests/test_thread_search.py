@@ -321,9 +321,10 @@ async def test_a_deleted_users_words_leave_the_sqlite_full_text_index(tmp_path: 
 
 # --- SQLite's search index, written in batches ---------------------------------------------
 def _index_state(path: Path, word: str) -> tuple[int, int]:
-    """(display messages queued for the index, indexed messages holding ``word``)."""
+    """(display messages not indexed yet, indexed messages holding ``word``)."""
     with closing(sqlite3.connect(path)) as conn:
-        queued = conn.execute("SELECT count(*) FROM display_search_pending").fetchone()[0]
+        queued = conn.execute("SELECT count(*) FROM display_messages WHERE id >"
+                              " (SELECT through FROM display_search_indexed)").fetchone()[0]
         indexed = conn.execute("SELECT count(*) FROM display_search WHERE display_search"
                                " MATCH ?", (word,)).fetchone()[0]
         conn.execute("INSERT INTO display_search (display_search) VALUES ('integrity-check')")
@@ -387,6 +388,61 @@ async def test_a_replaced_exchange_leaves_the_sqlite_index_exact(tmp_path: Path,
         assert _index_state(path, "xylophone") == (0, 1)
         assert await store.delete_user("alice")  # queued or indexed, its rows leave cleanly
         assert _index_state(path, "xylophone") == (0, 0)
+    finally:
+        await store.close()
+
+
+@pytest.mark.sqlite_only
+async def test_replacing_the_newest_indexed_exchange_leaves_newer_messages_to_be_indexed(
+        tmp_path: Path) -> None:
+    path = tmp_path / "gateway.sqlite3"
+    store = await _alice_store(path)
+    try:
+        written = await store.commit_turn(_turn("a", "harpsichord tuning", "bassoon reply"))
+        await store.index_search()  # the watermark is at the reply
+        await store.commit_turn(_turn("b", "theremin lesson", "Noted."))  # past it
+        # the deleted reply was at the watermark: it may come down, never up past thread b's
+        await store.commit_turn(_turn("a", "harpsichord tuning", "clarinet reply",
+                                      replaces=tuple(written.message_ids)))
+        assert _index_state(path, "bassoon") == (4, 0)  # b's two and a's new two
+        for word, thread in (("theremin", "b"), ("clarinet", "a")):
+            hits, _ = await store.search_threads("alice", (word,), 10)
+            assert [h.thread.ref.thread_id for h in hits] == [thread]
+        assert (await store.search_threads("alice", ("bassoon",), 10))[0] == []
+        assert _index_state(path, "harpsichord") == (0, 1)
+    finally:
+        await store.close()
+
+
+def _index_the_queue(conn: sqlite3.Connection) -> None:
+    """How messages were indexed before SQLite migration 16: from the queue migration 14 made."""
+    conn.execute("INSERT INTO display_search (rowid, content) SELECT d.id, d.content"
+                 " FROM display_search_pending p JOIN display_messages d USING (id)")
+    conn.execute("DELETE FROM display_search_pending")
+
+
+@pytest.mark.sqlite_only
+async def test_sqlite_migration_16_indexes_what_was_queued_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "gateway.sqlite3"
+    with monkeypatch.context() as before_16:
+        before_16.setattr("gateway.store.sqlite.MIGRATIONS", SQLITE_MIGRATIONS[:15])
+        before_16.setattr("gateway.store.sqlite._index_search", _index_the_queue)
+        store = await _alice_store(path)
+        await store.commit_turn(_turn("t0", "glockenspiel indexed", "Noted."))
+        await store.index_search()
+        await store.commit_turn(_turn("t1", "glockenspiel queued", "Noted."))
+        await store.close()
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert _index_state(path, "glockenspiel") == (0, 2)  # each indexed once, none left
+        hits, _ = await store.search_threads("alice", ("glockenspiel",), 10)
+        assert sorted(h.thread.ref.thread_id for h in hits) == ["t0", "t1"]
+        await store.commit_turn(_turn("t2", "glockenspiel later", "Noted."))
+        assert _index_state(path, "glockenspiel") == (2, 2)
+        hits, _ = await store.search_threads("alice", ("glockenspiel",), 10)
+        assert len(hits) == 3
     finally:
         await store.close()
 

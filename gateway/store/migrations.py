@@ -418,4 +418,28 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE usage_folded (through INTEGER NOT NULL);
     INSERT INTO usage_folded SELECT coalesce(max(id), 0) FROM ledger;
     """,
+    # 16: what is indexed for search is every display message up to a watermark
+    # (display_search_indexed.through), not a queue a trigger fills: a turn's commit no longer
+    # runs a trigger per message. SQLiteStore.index_search indexes the messages past it. A
+    # deleted message leaves the index only if it was at or under it (an FTS5 'delete' of a
+    # row it never indexed would corrupt it); deleting the newest messages lowers the watermark
+    # to the newest one left, since SQLite gives their ids to the next messages. The watermark
+    # never passes the newest id, so only a deleted newest message can be at or over it.
+    """
+    INSERT INTO display_search (rowid, content)
+        SELECT d.id, d.content FROM display_search_pending p JOIN display_messages d USING (id);
+    DROP TRIGGER display_search_insert;
+    DROP TRIGGER display_search_delete;
+    DROP TABLE display_search_pending;
+    CREATE TABLE display_search_indexed (through INTEGER NOT NULL);
+    INSERT INTO display_search_indexed SELECT coalesce(max(id), 0) FROM display_messages;
+    CREATE TRIGGER display_search_delete AFTER DELETE ON display_messages BEGIN
+        INSERT INTO display_search (display_search, rowid, content)
+            SELECT 'delete', old.id, old.content FROM display_search_indexed
+            WHERE old.id <= through;
+        UPDATE display_search_indexed
+            SET through = min(through, (SELECT coalesce(max(id), 0) FROM display_messages))
+            WHERE old.id >= through;
+    END;
+    """,
 )

@@ -134,16 +134,18 @@ def _owned_pk(conn: sqlite3.Connection, ref: ThreadRef) -> int | None:
     return int(row[0])
 
 
-# Display messages queued for the search index before they are indexed in one transaction
-# (besides before every search).
+# Display messages written past the search index's watermark before they are indexed in one
+# transaction (besides before every search).
 SEARCH_INDEX_BATCH = 512
 
 
 def _index_search(conn: sqlite3.Connection) -> None:
-    """Index the queued display messages for search, in the open transaction."""
-    conn.execute("INSERT INTO display_search (rowid, content) SELECT d.id, d.content"
-                 " FROM display_search_pending p JOIN display_messages d ON d.id = p.id")
-    conn.execute("DELETE FROM display_search_pending")
+    """Index the display messages past the watermark for search and move it to the newest,
+    in the open transaction (SQLite migration 16)."""
+    conn.execute("INSERT INTO display_search (rowid, content) SELECT id, content"
+                 " FROM display_messages WHERE id > (SELECT through FROM display_search_indexed)")
+    conn.execute("UPDATE display_search_indexed"
+                 " SET through = (SELECT coalesce(max(id), 0) FROM display_messages)")
 
 
 def _drop_last_exchange(conn: sqlite3.Connection, pk: int,
@@ -540,7 +542,7 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
         self._in_use: FolderLock | None = None  # tells `cloudybot migrate` the folder is live
         self._search_worker: WorkerThread | None = None
         self._search_opening = asyncio.Lock()  # two first searches at once open one thread
-        self._unindexed = 0  # display messages this process queued for search since it indexed
+        self._unindexed = 0  # display messages this process wrote since it indexed for search
         self._unfolded = 0  # charges this process booked since it folded the usage rollups
         # Told of the webhook deliveries each commit queued (the gateway's dispatcher).
         self.webhooks_queued: Callable[[list[WebhookDelivery]], None] = _ignore
@@ -1165,8 +1167,8 @@ class SQLiteStore(SQLiteJobs, SQLiteAdmin):
             log.warning("folding the usage rollups failed: %s", exc)
 
     async def index_search(self) -> None:
-        """Index the display messages queued for search (done before every search, and
-        once ``SEARCH_INDEX_BATCH`` were written)."""
+        """Index the display messages not yet indexed for search (done before every search,
+        and once this process wrote ``SEARCH_INDEX_BATCH``)."""
         self._unindexed = 0
         await self._transaction(_index_search)
 
