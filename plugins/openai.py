@@ -263,7 +263,7 @@ async def _json_body(response: Response) -> Any:
     """The body as JSON; None when it is not JSON, nested too deep to read, too large or cut
     short (malformed)."""
     try:
-        return json.loads(await response.read())
+        return jsonio.loads(await response.read())
     except (ValueError, RecursionError, HTTPClientError):
         return None
 

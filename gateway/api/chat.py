@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.context import caller, trace_of
+from gateway.api.context import caller, json_answer, trace_of
 from gateway.api.events import ReplyDeltas, stream_answer, stream_turn, wants_events
 from gateway.api.middleware import read_json_object
 from gateway.api.pictures import named, pictures
@@ -89,11 +89,11 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
         answer = {**_answer(ref.thread_id, TurnResult(reply, 0, 0, 0, False, False)),
                   "command": command.name}
         return await stream_answer(request, reply, answer) if streamed \
-            else web.json_response(answer)
+            else json_answer(answer)
     turn = Turn(user.user_id, ref, named(message, images), specialist, images=images,
                 trace=trace_of(request), replace_last=replace_last)
     if not streamed:
-        return web.json_response(_answer(ref.thread_id, await _plainly(gateway.run(turn))))
+        return json_answer(_answer(ref.thread_id, await _plainly(gateway.run(turn))))
     deltas = ReplyDeltas()
     stop = asyncio.Event()
     # Its own task: a client that disconnects stops the stream, never the turn; only

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway.api.keys import gateway_key, user_key
+from gateway.base import jsonio
 from gateway.base.errors import BadRequest
 from gateway.gateway import Gateway
 from gateway.observe import TraceContext
@@ -14,6 +17,12 @@ from gateway.store import ThreadRef, User
 def caller(request: web.Request) -> tuple[Gateway, User]:
     """The gateway and the authenticated account."""
     return request.app[gateway_key], request[user_key]
+
+
+def json_answer(value: Any) -> web.Response:
+    """``value`` as a 200 JSON response, written by :func:`jsonio.dumps` (a turn's answer:
+    ``web.json_response``'s ``json.dumps`` costs several times as much)."""
+    return web.Response(body=jsonio.dumps(value), content_type="application/json")
 
 
 async def thread_from_query(request: web.Request) -> ThreadRef:

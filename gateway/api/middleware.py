@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from yarl import URL
 
 from gateway.api.keys import gateway_key, user_key, web_session_key
 from gateway.api.openai_errors import openai_error
+from gateway.base import jsonio
 from gateway.base.errors import (
     AccountBlocked,
     AdminOnly,
@@ -235,7 +235,7 @@ async def read_json_object(request: web.Request) -> dict[str, object]:
     """The request body as a JSON object; 400 otherwise (413 if too large)."""
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        body = jsonio.loads(raw)
     except (ValueError, RecursionError):  # also an integer longer than Python will parse
         raise BadRequest("the body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.context import caller, trace_of
+from gateway.api.context import caller, json_answer, trace_of
 from gateway.api.events import EventWriter, ReplyDeltas, wait_for_turn
 from gateway.api.middleware import read_json_object
 from gateway.api.openai_errors import openai_error
@@ -153,12 +153,12 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     if not streamed:
         result = await gateway.run(Turn(user.user_id, ref, message, specialist,
                                         trace=trace_of(request)))
-        return web.Response(body=jsonio.dumps({
+        return json_answer({
             "id": completion_id, "object": "chat.completion", "created": created,
             "model": shown_model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result.reply},
                          "finish_reason": "stop", "logprobs": None}],
-            "usage": _usage(result)}), content_type="application/json")
+            "usage": _usage(result)})
     deltas = ReplyDeltas()
     turn = gateway.spawn(gateway.run(Turn(user.user_id, ref, message, specialist,
                                           on_text=deltas.on_text, trace=trace_of(request))))
