@@ -3,12 +3,24 @@ resumed and deleted through the API; a run posted in the open thread shows up in
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from gateway.jobs import timing
+from tests.conftest import Harness
 from tests.test_dashboard_browser import Dashboard, browser, dashboard, expect
 
 __all__ = ["browser", "dashboard"]  # the fixtures this module uses
+
+
+@pytest.fixture
+async def harness(start_gateway: Callable[..., Awaitable[Harness]]) -> Harness:
+    """A gateway whose jobs run only when the test calls ``run_due()``: with the scheduler's
+    loop running beside it, the loop could claim a run first, and ``run_due()`` would return
+    before that run was written."""
+    return await start_gateway(jobs_run=False)
 
 
 async def test_the_jobs_panel_lists_pauses_deletes_and_a_run_shows_in_its_thread(
